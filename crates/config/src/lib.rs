@@ -1,0 +1,241 @@
+//! One layered configuration loader shared by every midflight service.
+//!
+//! Layers, later ones winning: compiled-in defaults -> TOML file -> environment
+//! (`MIDFLIGHT_SECTION__KEY=value`) -> command-line overrides (`--set section.key=value`)
+//! -> validation. The loader is the only place that looks at the environment, and it
+//! does not read it itself: `main` passes `std::env::vars()` in, so tests pass their own.
+//!
+//! Values from the environment and from flags are strings; the loader converts each one
+//! to the type the compiled-in default has at that path (string, number, bool, list), so
+//! `MIDFLIGHT_KAFKA__GROUP_ID=123` stays a string and `..._LEASE_MS=900` becomes a number.
+//! Unknown keys are errors (every section denies unknown fields), so a typo in a file or a
+//! variable name is reported at start-up instead of silently falling back to a default.
+
+mod sections;
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+pub use sections::{
+    DatabaseSection, GrpcClientSection, KafkaSection, ServerSection, TelemetrySection,
+};
+
+/// Prefix of the environment variables the loader reads.
+pub const ENV_PREFIX: &str = "MIDFLIGHT_";
+/// Separator between nesting levels in an environment variable name.
+pub const ENV_NESTING: &str = "__";
+
+/// A service's whole configuration.
+pub trait Config: Serialize + DeserializeOwned + Default {
+    /// Returns every cross-field problem; empty when the configuration can be used.
+    fn problems(&self) -> Vec<String>;
+}
+
+/// Where the layers above the defaults come from.
+#[derive(Debug, Default, Clone)]
+pub struct Sources {
+    /// A TOML file, if one was named.
+    pub file: Option<PathBuf>,
+    /// Environment variables (name, value); only those starting with [`ENV_PREFIX`] are used.
+    pub env: Vec<(String, String)>,
+    /// `path.to.key=value` overrides, usually from repeated `--set` flags.
+    pub overrides: Vec<String>,
+}
+
+impl Sources {
+    /// The usual sources of a binary: an optional file, the process environment and flags.
+    pub fn from_process(file: Option<PathBuf>, overrides: Vec<String>) -> Sources {
+        Sources {
+            file,
+            env: std::env::vars().collect(),
+            overrides,
+        }
+    }
+}
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot read config file {path}: {source}")]
+    ReadFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path} is not valid TOML: {message}")]
+    ParseFile { path: PathBuf, message: String },
+    #[error("{origin}: {message}")]
+    BadValue { origin: String, message: String },
+    #[error("configuration rejected: {message}")]
+    Shape { message: String },
+    #[error("configuration invalid:\n  - {}", problems.join("\n  - "))]
+    Invalid { problems: Vec<String> },
+}
+
+/// Loads `T` from its defaults and the given sources, then validates it.
+pub fn load<T: Config>(sources: &Sources) -> Result<T, Error> {
+    let defaults = serde_json::to_value(T::default()).map_err(|e| Error::Shape {
+        message: e.to_string(),
+    })?;
+    let mut merged = defaults.clone();
+    if let Some(path) = &sources.file {
+        merge(&mut merged, read_file(path)?);
+    }
+    let mut env: Vec<&(String, String)> = sources
+        .env
+        .iter()
+        .filter(|(k, _)| k.starts_with(ENV_PREFIX))
+        .collect();
+    // Sorted so the outcome never depends on the order the OS lists variables in.
+    env.sort();
+    for (name, raw) in env {
+        let path: Vec<String> = name[ENV_PREFIX.len()..]
+            .split(ENV_NESTING)
+            .map(str::to_ascii_lowercase)
+            .collect();
+        set_path(
+            &mut merged,
+            &defaults,
+            &path,
+            raw,
+            &format!("environment variable {name}"),
+        )?;
+    }
+    for item in &sources.overrides {
+        let Some((key, raw)) = item.split_once('=') else {
+            return Err(Error::BadValue {
+                origin: format!("override {item:?}"),
+                message: "expected path.to.key=value".to_owned(),
+            });
+        };
+        let path: Vec<String> = key.trim().split('.').map(str::to_owned).collect();
+        set_path(
+            &mut merged,
+            &defaults,
+            &path,
+            raw,
+            &format!("override {key}"),
+        )?;
+    }
+    let config: T = serde_json::from_value(merged).map_err(|e| Error::Shape {
+        message: e.to_string(),
+    })?;
+    let problems = config.problems();
+    if problems.is_empty() {
+        Ok(config)
+    } else {
+        Err(Error::Invalid { problems })
+    }
+}
+
+/// Renders a configuration as TOML, for `--print-config` and the docs.
+pub fn to_toml<T: Serialize>(config: &T) -> String {
+    toml::to_string_pretty(config)
+        .unwrap_or_else(|e| format!("# cannot render configuration: {e}\n"))
+}
+
+fn read_file(path: &Path) -> Result<Value, Error> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::ReadFile {
+        path: path.to_owned(),
+        source,
+    })?;
+    let table: toml::Table = toml::from_str(&text).map_err(|e| Error::ParseFile {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })?;
+    serde_json::to_value(table).map_err(|e| Error::ParseFile {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+/// Deep-merges `layer` into `base`: tables merge key by key, anything else replaces.
+fn merge(base: &mut Value, layer: Value) {
+    match (base, layer) {
+        (Value::Object(base), Value::Object(layer)) => {
+            for (key, value) in layer {
+                match base.get_mut(&key) {
+                    Some(slot) => merge(slot, value),
+                    None => {
+                        base.insert(key, value);
+                    }
+                }
+            }
+        }
+        (slot, value) => *slot = value,
+    }
+}
+
+fn set_path(
+    merged: &mut Value,
+    defaults: &Value,
+    path: &[String],
+    raw: &str,
+    origin: &str,
+) -> Result<(), Error> {
+    let bad = |message: String| Error::BadValue {
+        origin: origin.to_owned(),
+        message,
+    };
+    if path.is_empty() || path.iter().any(String::is_empty) {
+        return Err(bad("empty key".to_owned()));
+    }
+    let shape = path.iter().try_fold(defaults, |node, key| node.get(key));
+    let value = typed(raw, shape).map_err(bad)?;
+    let mut node = merged;
+    for key in &path[..path.len() - 1] {
+        if !node.is_object() {
+            return Err(bad(format!("{key} is not a section")));
+        }
+        node = node
+            .as_object_mut()
+            .map(|object| {
+                object
+                    .entry(key.clone())
+                    .or_insert_with(|| Value::Object(Map::new()))
+            })
+            .ok_or_else(|| bad(format!("{key} is not a section")))?;
+    }
+    let leaf = &path[path.len() - 1];
+    node.as_object_mut()
+        .ok_or_else(|| bad("not a section".to_owned()))?
+        .insert(leaf.clone(), value);
+    Ok(())
+}
+
+/// Converts a string from the environment or a flag to the JSON type the default has.
+fn typed(raw: &str, shape: Option<&Value>) -> Result<Value, String> {
+    match shape {
+        Some(Value::String(_)) => Ok(Value::String(raw.to_owned())),
+        Some(Value::Bool(_)) => raw
+            .parse::<bool>()
+            .map(Value::Bool)
+            .map_err(|_| format!("expected true or false, got {raw:?}")),
+        Some(Value::Number(_)) => serde_json::from_str::<serde_json::Number>(raw.trim())
+            .map(Value::Number)
+            .map_err(|_| format!("expected a number, got {raw:?}")),
+        Some(Value::Array(items)) => {
+            if raw.trim_start().starts_with('[') {
+                return serde_json::from_str(raw).map_err(|e| format!("expected a JSON list: {e}"));
+            }
+            let item_shape = items.first();
+            raw.split(',')
+                .filter(|s| !s.trim().is_empty())
+                .map(|s| typed(s.trim(), item_shape))
+                .collect::<Result<Vec<_>, _>>()
+                .map(Value::Array)
+        }
+        Some(Value::Object(_)) => {
+            serde_json::from_str(raw).map_err(|e| format!("expected a JSON table: {e}"))
+        }
+        // No default to copy the type from (an optional value): JSON if it parses, else text.
+        Some(Value::Null) | None => {
+            Ok(serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned())))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,1 @@
+//! Pure saga state model.
