@@ -19,9 +19,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-pub use sections::{
-    DatabaseSection, GrpcClientSection, KafkaSection, ServerSection, TelemetrySection,
-};
+pub use sections::{DatabaseSection, GrpcClientSection, KafkaSection, ServerSection, TelemetrySection};
 
 /// Prefix of the environment variables the loader reads.
 pub const ENV_PREFIX: &str = "MIDFLIGHT_";
@@ -48,11 +46,7 @@ pub struct Sources {
 impl Sources {
     /// The usual sources of a binary: an optional file, the process environment and flags.
     pub fn from_process(file: Option<PathBuf>, overrides: Vec<String>) -> Sources {
-        Sources {
-            file,
-            env: std::env::vars().collect(),
-            overrides,
-        }
+        Sources { file, env: std::env::vars().collect(), overrides }
     }
 }
 
@@ -60,10 +54,7 @@ impl Sources {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("cannot read config file {path}: {source}")]
-    ReadFile {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    ReadFile { path: PathBuf, source: std::io::Error },
     #[error("config file {path} is not valid TOML: {message}")]
     ParseFile { path: PathBuf, message: String },
     #[error("{origin}: {message}")]
@@ -76,32 +67,17 @@ pub enum Error {
 
 /// Loads `T` from its defaults and the given sources, then validates it.
 pub fn load<T: Config>(sources: &Sources) -> Result<T, Error> {
-    let defaults = serde_json::to_value(T::default()).map_err(|e| Error::Shape {
-        message: e.to_string(),
-    })?;
+    let defaults = serde_json::to_value(T::default()).map_err(|e| Error::Shape { message: e.to_string() })?;
     let mut merged = defaults.clone();
     if let Some(path) = &sources.file {
         merge(&mut merged, read_file(path)?);
     }
-    let mut env: Vec<&(String, String)> = sources
-        .env
-        .iter()
-        .filter(|(k, _)| k.starts_with(ENV_PREFIX))
-        .collect();
+    let mut env: Vec<&(String, String)> = sources.env.iter().filter(|(k, _)| k.starts_with(ENV_PREFIX)).collect();
     // Sorted so the outcome never depends on the order the OS lists variables in.
     env.sort();
     for (name, raw) in env {
-        let path: Vec<String> = name[ENV_PREFIX.len()..]
-            .split(ENV_NESTING)
-            .map(str::to_ascii_lowercase)
-            .collect();
-        set_path(
-            &mut merged,
-            &defaults,
-            &path,
-            raw,
-            &format!("environment variable {name}"),
-        )?;
+        let path: Vec<String> = name[ENV_PREFIX.len()..].split(ENV_NESTING).map(str::to_ascii_lowercase).collect();
+        set_path(&mut merged, &defaults, &path, raw, &format!("environment variable {name}"))?;
     }
     for item in &sources.overrides {
         let Some((key, raw)) = item.split_once('=') else {
@@ -111,44 +87,23 @@ pub fn load<T: Config>(sources: &Sources) -> Result<T, Error> {
             });
         };
         let path: Vec<String> = key.trim().split('.').map(str::to_owned).collect();
-        set_path(
-            &mut merged,
-            &defaults,
-            &path,
-            raw,
-            &format!("override {key}"),
-        )?;
+        set_path(&mut merged, &defaults, &path, raw, &format!("override {key}"))?;
     }
-    let config: T = serde_json::from_value(merged).map_err(|e| Error::Shape {
-        message: e.to_string(),
-    })?;
+    let config: T = serde_json::from_value(merged).map_err(|e| Error::Shape { message: e.to_string() })?;
     let problems = config.problems();
-    if problems.is_empty() {
-        Ok(config)
-    } else {
-        Err(Error::Invalid { problems })
-    }
+    if problems.is_empty() { Ok(config) } else { Err(Error::Invalid { problems }) }
 }
 
 /// Renders a configuration as TOML, for `--print-config` and the docs.
 pub fn to_toml<T: Serialize>(config: &T) -> String {
-    toml::to_string_pretty(config)
-        .unwrap_or_else(|e| format!("# cannot render configuration: {e}\n"))
+    toml::to_string_pretty(config).unwrap_or_else(|e| format!("# cannot render configuration: {e}\n"))
 }
 
 fn read_file(path: &Path) -> Result<Value, Error> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::ReadFile {
-        path: path.to_owned(),
-        source,
-    })?;
-    let table: toml::Table = toml::from_str(&text).map_err(|e| Error::ParseFile {
-        path: path.to_owned(),
-        message: e.to_string(),
-    })?;
-    serde_json::to_value(table).map_err(|e| Error::ParseFile {
-        path: path.to_owned(),
-        message: e.to_string(),
-    })
+    let text = std::fs::read_to_string(path).map_err(|source| Error::ReadFile { path: path.to_owned(), source })?;
+    let table: toml::Table =
+        toml::from_str(&text).map_err(|e| Error::ParseFile { path: path.to_owned(), message: e.to_string() })?;
+    serde_json::to_value(table).map_err(|e| Error::ParseFile { path: path.to_owned(), message: e.to_string() })
 }
 
 /// Deep-merges `layer` into `base`: tables merge key by key, anything else replaces.
@@ -168,17 +123,8 @@ fn merge(base: &mut Value, layer: Value) {
     }
 }
 
-fn set_path(
-    merged: &mut Value,
-    defaults: &Value,
-    path: &[String],
-    raw: &str,
-    origin: &str,
-) -> Result<(), Error> {
-    let bad = |message: String| Error::BadValue {
-        origin: origin.to_owned(),
-        message,
-    };
+fn set_path(merged: &mut Value, defaults: &Value, path: &[String], raw: &str, origin: &str) -> Result<(), Error> {
+    let bad = |message: String| Error::BadValue { origin: origin.to_owned(), message };
     if path.is_empty() || path.iter().any(String::is_empty) {
         return Err(bad("empty key".to_owned()));
     }
@@ -191,17 +137,11 @@ fn set_path(
         }
         node = node
             .as_object_mut()
-            .map(|object| {
-                object
-                    .entry(key.clone())
-                    .or_insert_with(|| Value::Object(Map::new()))
-            })
+            .map(|object| object.entry(key.clone()).or_insert_with(|| Value::Object(Map::new())))
             .ok_or_else(|| bad(format!("{key} is not a section")))?;
     }
     let leaf = &path[path.len() - 1];
-    node.as_object_mut()
-        .ok_or_else(|| bad("not a section".to_owned()))?
-        .insert(leaf.clone(), value);
+    node.as_object_mut().ok_or_else(|| bad("not a section".to_owned()))?.insert(leaf.clone(), value);
     Ok(())
 }
 
@@ -209,10 +149,9 @@ fn set_path(
 fn typed(raw: &str, shape: Option<&Value>) -> Result<Value, String> {
     match shape {
         Some(Value::String(_)) => Ok(Value::String(raw.to_owned())),
-        Some(Value::Bool(_)) => raw
-            .parse::<bool>()
-            .map(Value::Bool)
-            .map_err(|_| format!("expected true or false, got {raw:?}")),
+        Some(Value::Bool(_)) => {
+            raw.parse::<bool>().map(Value::Bool).map_err(|_| format!("expected true or false, got {raw:?}"))
+        }
         Some(Value::Number(_)) => serde_json::from_str::<serde_json::Number>(raw.trim())
             .map(Value::Number)
             .map_err(|_| format!("expected a number, got {raw:?}")),
@@ -227,13 +166,9 @@ fn typed(raw: &str, shape: Option<&Value>) -> Result<Value, String> {
                 .collect::<Result<Vec<_>, _>>()
                 .map(Value::Array)
         }
-        Some(Value::Object(_)) => {
-            serde_json::from_str(raw).map_err(|e| format!("expected a JSON table: {e}"))
-        }
+        Some(Value::Object(_)) => serde_json::from_str(raw).map_err(|e| format!("expected a JSON table: {e}")),
         // No default to copy the type from (an optional value): JSON if it parses, else text.
-        Some(Value::Null) | None => {
-            Ok(serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned())))
-        }
+        Some(Value::Null) | None => Ok(serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))),
     }
 }
 

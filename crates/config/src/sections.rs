@@ -70,11 +70,7 @@ impl KafkaSection {
                 self.group_protocol
             ));
         }
-        if self
-            .group_instance_id
-            .as_deref()
-            .is_some_and(|id| id.trim().is_empty())
-        {
+        if self.group_instance_id.as_deref().is_some_and(|id| id.trim().is_empty()) {
             problems.push(format!("{at}.group_instance_id must not be empty when set"));
         }
         if self.session_timeout_ms < 1_000 {
@@ -114,10 +110,7 @@ impl DatabaseSection {
     pub fn problems(&self, at: &str) -> Vec<String> {
         let mut problems = Vec::new();
         if !(self.url.starts_with("mysql://") || self.url.starts_with("sqlite:")) {
-            problems.push(format!(
-                "{at}.url must start with mysql:// or sqlite:, got {:?}",
-                redact_url(&self.url)
-            ));
+            problems.push(format!("{at}.url must start with mysql:// or sqlite:, got {:?}", redact_url(&self.url)));
         }
         if self.max_connections == 0 || self.max_connections > 1_000 {
             problems.push(format!("{at}.max_connections must be in 1..=1000"));
@@ -161,19 +154,13 @@ pub struct GrpcClientSection {
 
 impl GrpcClientSection {
     pub fn with_endpoint(endpoint: &str) -> Self {
-        GrpcClientSection {
-            endpoint: endpoint.to_owned(),
-            ..GrpcClientSection::default()
-        }
+        GrpcClientSection { endpoint: endpoint.to_owned(), ..GrpcClientSection::default() }
     }
 
     pub fn problems(&self, at: &str) -> Vec<String> {
         let mut problems = Vec::new();
         if !(self.endpoint.starts_with("http://") || self.endpoint.starts_with("https://")) {
-            problems.push(format!(
-                "{at}.endpoint must start with http:// or https://, got {:?}",
-                self.endpoint
-            ));
+            problems.push(format!("{at}.endpoint must start with http:// or https://, got {:?}", self.endpoint));
         }
         if self.request_timeout_ms == 0 {
             problems.push(format!("{at}.request_timeout_ms must be positive"));
@@ -228,15 +215,10 @@ impl ServerSection {
     pub fn problems(&self, at: &str) -> Vec<String> {
         let mut problems = Vec::new();
         if self.listen.parse::<std::net::SocketAddr>().is_err() {
-            problems.push(format!(
-                "{at}.listen must be host:port with an IP address, got {:?}",
-                self.listen
-            ));
+            problems.push(format!("{at}.listen must be host:port with an IP address, got {:?}", self.listen));
         }
         if self.request_timeout_ms == 0 || self.concurrency_limit == 0 {
-            problems.push(format!(
-                "{at}.request_timeout_ms and {at}.concurrency_limit must be positive"
-            ));
+            problems.push(format!("{at}.request_timeout_ms and {at}.concurrency_limit must be positive"));
         }
         problems
     }
@@ -271,17 +253,12 @@ impl TelemetrySection {
     pub fn problems(&self, at: &str) -> Vec<String> {
         let mut problems = Vec::new();
         if !matches!(self.log_format.as_str(), "pretty" | "json") {
-            problems.push(format!(
-                "{at}.log_format must be \"pretty\" or \"json\", not {:?}",
-                self.log_format
-            ));
+            problems.push(format!("{at}.log_format must be \"pretty\" or \"json\", not {:?}", self.log_format));
         }
         if let Some(listen) = &self.metrics_listen
             && listen.parse::<std::net::SocketAddr>().is_err()
         {
-            problems.push(format!(
-                "{at}.metrics_listen must be host:port with an IP address, got {listen:?}"
-            ));
+            problems.push(format!("{at}.metrics_listen must be host:port with an IP address, got {listen:?}"));
         }
         problems
     }

@@ -22,10 +22,7 @@ impl Config for Demo {
 fn sources(env: &[(&str, &str)], overrides: &[&str]) -> Sources {
     Sources {
         file: None,
-        env: env
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
+        env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         overrides: overrides.iter().map(|s| s.to_string()).collect(),
     }
 }
@@ -35,29 +32,16 @@ fn layers_apply_in_order_and_keep_types() {
     let dir = std::env::temp_dir().join(format!("midflight-config-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let file = dir.join("demo.toml");
-    std::fs::write(
-        &file,
-        "lease_ms = 100\n[kafka]\ngroup_id = \"from-file\"\norder_topic = \"file-topic\"\n",
-    )
-    .expect("write");
+    std::fs::write(&file, "lease_ms = 100\n[kafka]\ngroup_id = \"from-file\"\norder_topic = \"file-topic\"\n")
+        .expect("write");
     let mut s = sources(
-        &[
-            ("MIDFLIGHT_KAFKA__GROUP_ID", "123"),
-            ("MIDFLIGHT_LEASE_MS", "200"),
-            ("OTHER", "ignored"),
-        ],
+        &[("MIDFLIGHT_KAFKA__GROUP_ID", "123"), ("MIDFLIGHT_LEASE_MS", "200"), ("OTHER", "ignored")],
         &["lease_ms=300", "owner=me"],
     );
     s.file = Some(file);
     let demo: Demo = load(&s).expect("loads");
-    assert_eq!(
-        demo.kafka.group_id, "123",
-        "env wins over file and a numeric-looking string stays a string"
-    );
-    assert_eq!(
-        demo.kafka.order_topic, "file-topic",
-        "file wins over defaults"
-    );
+    assert_eq!(demo.kafka.group_id, "123", "env wins over file and a numeric-looking string stays a string");
+    assert_eq!(demo.kafka.order_topic, "file-topic", "file wins over defaults");
     assert_eq!(demo.lease_ms, 300, "flags win over env");
     assert_eq!(demo.owner.as_deref(), Some("me"));
     assert_eq!(demo.database, DatabaseSection::default());
@@ -68,27 +52,18 @@ fn unknown_keys_and_bad_values_are_named() {
     let err = load::<Demo>(&sources(&[("MIDFLIGHT_KAFKA__GRUOP_ID", "x")], &[])).expect_err("typo");
     assert!(err.to_string().contains("gruop_id"), "{err}");
     let err = load::<Demo>(&sources(&[], &["lease_ms=soon"])).expect_err("not a number");
-    assert!(
-        err.to_string().contains("override lease_ms") && err.to_string().contains("number"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("override lease_ms") && err.to_string().contains("number"), "{err}");
     let err = load::<Demo>(&sources(&[], &["lease_ms"])).expect_err("no value");
     assert!(err.to_string().contains("path.to.key=value"), "{err}");
 }
 
 #[test]
 fn validation_reports_every_problem() {
-    let err = load::<Demo>(&sources(
-        &[],
-        &["kafka.group_id=", "database.url=postgres://u:secret@h/db"],
-    ))
-    .expect_err("invalid");
+    let err = load::<Demo>(&sources(&[], &["kafka.group_id=", "database.url=postgres://u:secret@h/db"]))
+        .expect_err("invalid");
     let text = err.to_string();
     assert!(text.contains("kafka.group_id must not be empty"), "{text}");
-    assert!(
-        text.contains("database.url") && !text.contains("secret"),
-        "password must be redacted: {text}"
-    );
+    assert!(text.contains("database.url") && !text.contains("secret"), "password must be redacted: {text}");
 }
 
 #[test]
@@ -100,9 +75,7 @@ fn lists_parse_from_commas() {
     }
     impl Default for Lists {
         fn default() -> Self {
-            Lists {
-                regions: vec!["XX".into()],
-            }
+            Lists { regions: vec!["XX".into()] }
         }
     }
     impl Config for Lists {
