@@ -1,0 +1,124 @@
+//! What each downstream promises, as data the planner reads.
+//!
+//! The roll-forward / roll-back rules depend on four facts about a downstream: can it be
+//! queried by our request id, does it deduplicate on it (and for how long), how long can a sent
+//! request still land, and can its effect be reversed (until when, and with a tombstone for an
+//! unknown id). Stating them here, once, lets the rules be tested as one table and lets a
+//! deployment describe its real downstreams instead of editing code.
+
+use serde::{Deserialize, Serialize};
+
+/// A downstream's promises about calls carrying our request id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Contract {
+    /// It answers "what happened to request X?" by our request id.
+    pub queryable: bool,
+    /// A repeat with the same request id returns the first answer instead of acting again, for
+    /// this long after the first request (`None`: it does not deduplicate on our id at all).
+    pub idempotent_for_ms: Option<i64>,
+    /// How long after a request was sent it may still arrive and take effect.
+    pub in_flight_window_ms: i64,
+    /// How long after the effect a reversal is still accepted (`None`: never).
+    pub reversible_for_ms: Option<i64>,
+    /// Reversing an unknown request id records a tombstone that refuses a late request.
+    pub tombstones: bool,
+}
+
+impl Contract {
+    /// The careful downstream DESIGN.md asks for (and the mocks implement).
+    pub const CAREFUL: Contract = Contract {
+        queryable: true,
+        idempotent_for_ms: Some(i64::MAX),
+        in_flight_window_ms: 60_000,
+        reversible_for_ms: Some(i64::MAX),
+        tombstones: true,
+    };
+
+    /// The user's WMS at the time of the incident: deduplicates on its own key only, cannot be
+    /// queried by ours. After an unknown outcome nothing automatic is safe.
+    pub const LEGACY: Contract = Contract {
+        queryable: false,
+        idempotent_for_ms: None,
+        in_flight_window_ms: 60_000,
+        reversible_for_ms: Some(i64::MAX),
+        tombstones: false,
+    };
+
+    /// Whether a resend with the same request id, now, is absorbed by the downstream.
+    pub fn deduplicates(&self, intent_at_ms: i64, now_ms: i64) -> bool {
+        self.idempotent_for_ms.is_some_and(|window| now_ms < intent_at_ms.saturating_add(window))
+    }
+
+    /// Whether an effect applied at `applied_at_ms` can still be reversed at `now_ms`.
+    pub fn reversible(&self, applied_at_ms: i64, now_ms: i64) -> bool {
+        self.reversible_for_ms.is_some_and(|window| now_ms < applied_at_ms.saturating_add(window))
+    }
+
+    /// When a request sent at `sent_at_ms` can no longer land.
+    pub fn in_flight_until(&self, sent_at_ms: i64) -> i64 {
+        sent_at_ms.saturating_add(self.in_flight_window_ms)
+    }
+
+    pub fn problems(&self, at: &str) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.in_flight_window_ms <= 0 {
+            problems.push(format!("{at}.in_flight_window_ms must be positive"));
+        }
+        if self.idempotent_for_ms.is_some_and(|w| w <= 0) || self.reversible_for_ms.is_some_and(|w| w <= 0) {
+            problems.push(format!("{at}: windows must be positive (leave a window out for \"never\")"));
+        }
+        problems
+    }
+}
+
+/// How failed attempts back off, and when automation gives up and opens a ticket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryPolicy {
+    pub backoff_base_ms: i64,
+    pub backoff_max_ms: i64,
+    /// After this many failed attempts at one step, the saga goes to MANUAL_REVIEW.
+    pub attempts_max: u32,
+}
+
+impl RetryPolicy {
+    /// Delay before attempt `attempts + 1`: exponential, capped, with up to a quarter of
+    /// deterministic jitter drawn from the biz_id so that sagas failed by one outage do not all
+    /// return at the same instant (and a test can predict the value).
+    pub fn backoff_ms(&self, attempts: u32, biz_id: &str) -> i64 {
+        let exponent = attempts.min(30);
+        let raw = self.backoff_base_ms.saturating_mul(1_i64 << exponent).min(self.backoff_max_ms);
+        let spread = raw / 4;
+        if spread == 0 {
+            return raw;
+        }
+        let hash = biz_id.bytes().fold(u64::from(attempts).wrapping_add(0x9e37_79b9), |h, b| {
+            h.rotate_left(5) ^ u64::from(b).wrapping_mul(0x100_0000_01b3)
+        });
+        raw - spread + (hash % (spread as u64 + 1)) as i64
+    }
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        // 0.5 s doubling to 30 s; 40 attempts keep a saga retrying for roughly 15 minutes of
+        // outage before a person is asked, well past the 30 s WMS outage in the scenarios.
+        RetryPolicy { backoff_base_ms: 500, backoff_max_ms: 30_000, attempts_max: 40 }
+    }
+}
+
+/// Everything the planner needs besides the row, the observation and the time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rules {
+    pub wms: Contract,
+    pub logistics: Contract,
+    pub retry: RetryPolicy,
+}
+
+impl Default for Rules {
+    fn default() -> Self {
+        Rules { wms: Contract::CAREFUL, logistics: Contract::CAREFUL, retry: RetryPolicy::default() }
+    }
+}
