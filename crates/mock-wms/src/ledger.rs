@@ -1,0 +1,378 @@
+//! The WMS's bookkeeping: applying locks, reversals and tombstones to the database, and reading
+//! them back. No gRPC types here beyond the `Status` a handler answers with.
+//!
+//! Every write happens in one short transaction during this process's [`WriteTurn`], so the
+//! "is this request id known?" check and the write that follows cannot interleave with another
+//! call, and each write appends exactly one ledger entry.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use midflight_mock::database::ensure_table;
+use midflight_mock::serial::WriteTurn;
+use midflight_mock::{Clock, SerialWriter};
+use sea_orm::sea_query::{Expr, ExprTrait};
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait,
+    QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
+};
+use tonic::Status;
+
+use crate::entity::{LedgerKind, Line, LockState, ledger, lock, stock};
+
+/// How many stock rows one seeding insert carries; keeps each statement far below SQLite's
+/// bound-parameter limit.
+const SEED_BATCH_ROWS: usize = 500;
+
+/// A validated LockStock request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockOrder {
+    pub request_id: String,
+    pub order_no: String,
+    pub lines: Vec<Line>,
+    pub voucher: String,
+}
+
+/// A validated ReverseLock request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReverseOrder {
+    pub request_id: String,
+    pub voucher: String,
+    pub order_no: String,
+}
+
+/// What LockStock answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockAnswer {
+    pub state: LockState,
+    pub lock_id: String,
+    pub reason: String,
+}
+
+/// What ReverseLock did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReverseResult {
+    Reversed,
+    Tombstoned,
+    NothingToReverse,
+    Irreversible,
+    VoucherMismatch,
+}
+
+/// What ReverseLock answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReverseAnswer {
+    pub result: ReverseResult,
+    pub reason: String,
+}
+
+/// The WMS's database and the discipline for writing it.
+#[derive(Debug)]
+pub struct Ledger {
+    db: DatabaseConnection,
+    writer: SerialWriter,
+    clock: Arc<dyn Clock>,
+}
+
+impl Ledger {
+    /// Creates missing tables and picks up the ledger where the last process left it.
+    pub async fn open(db: DatabaseConnection, clock: Arc<dyn Clock>) -> Result<Ledger, midflight_mock::Error> {
+        ensure_table(&db, stock::Entity).await?;
+        ensure_table(&db, lock::Entity).await?;
+        ensure_table(&db, ledger::Entity).await?;
+        let last = ledger::Entity::find().order_by_desc(ledger::Column::Seq).one(&db).await.map_err(startup)?;
+        let last_seq = last.map_or(0, |entry| u64::try_from(entry.seq).unwrap_or(0));
+        Ok(Ledger { db, writer: SerialWriter::new(last_seq), clock })
+    }
+
+    /// Inserts the SKUs of `levels` that have no stock row yet; existing rows keep their level,
+    /// so a restart does not undo the locks made before it. Returns how many were inserted.
+    pub async fn seed_stock(&self, levels: &BTreeMap<String, i64>) -> Result<usize, midflight_mock::Error> {
+        let _turn = self.writer.turn().await;
+        let known: HashSet<String> =
+            stock::Entity::find().all(&self.db).await.map_err(startup)?.into_iter().map(|row| row.sku).collect();
+        let missing: Vec<stock::ActiveModel> = levels
+            .iter()
+            .filter(|(sku, _)| !known.contains(*sku))
+            .map(|(sku, available)| stock::ActiveModel { sku: Set(sku.clone()), available: Set(*available) })
+            .collect();
+        for batch in missing.chunks(SEED_BATCH_ROWS) {
+            stock::Entity::insert_many(batch.to_vec()).exec_without_returning(&self.db).await.map_err(startup)?;
+        }
+        Ok(missing.len())
+    }
+
+    /// LockStock. Idempotent on the request id, except in legacy mode, where every call gets a
+    /// fresh key of the WMS's own and so deducts again.
+    pub async fn lock(&self, order: LockOrder, legacy: bool) -> Result<LockAnswer, Status> {
+        let mut turn = self.writer.turn().await;
+        if !legacy && let Some(row) = self.find(&order.request_id).await? {
+            tracing::info!(request_id = %order.request_id, state = ?row.state, "lock repeated, first answer returned");
+            return Ok(LockAnswer::of(&row));
+        }
+        let txn = self.db.begin().await.map_err(db_error)?;
+        let stock = load_stock(&txn, &order.lines).await?;
+        let seq = turn.next_seq();
+        let key = if legacy { format!("legacy-{seq}") } else { order.request_id.clone() };
+        let answer = match shortage(&stock, &order.lines) {
+            Some(reason) => LockAnswer { state: LockState::Rejected, lock_id: String::new(), reason },
+            None => {
+                deduct(&txn, &stock, &order.lines).await?;
+                LockAnswer { state: LockState::Locked, lock_id: format!("LCK{seq:012}"), reason: String::new() }
+            }
+        };
+        self.record_lock(&txn, &order, key, &answer, seq).await?;
+        txn.commit().await.map_err(db_error)?;
+        turn.committed();
+        tracing::info!(request_id = %order.request_id, state = ?answer.state, lock_id = %answer.lock_id, legacy, "lock applied");
+        Ok(answer)
+    }
+
+    /// ReverseLock. `window_ms` is the irreversibility window in force (`None`: never).
+    pub async fn reverse(
+        &self,
+        order: ReverseOrder,
+        window_ms: Option<i64>,
+        legacy: bool,
+    ) -> Result<ReverseAnswer, Status> {
+        let turn = self.writer.turn().await;
+        let row = if legacy { self.latest_for(&order.request_id).await? } else { self.find(&order.request_id).await? };
+        let Some(row) = row else { return self.tombstone(turn, order).await };
+        let now_ms = self.clock.now_ms();
+        let answer = |result, reason: &str| Ok(ReverseAnswer { result, reason: reason.to_owned() });
+        if row.voucher != order.voucher {
+            return answer(ReverseResult::VoucherMismatch, "voucher does not match the one stored with the lock");
+        }
+        match row.state {
+            LockState::Rejected => {
+                answer(ReverseResult::NothingToReverse, "the lock was rejected; nothing was deducted")
+            }
+            LockState::Reversed => answer(ReverseResult::Reversed, "already reversed"),
+            LockState::Tombstoned => answer(ReverseResult::Tombstoned, "already tombstoned"),
+            LockState::Locked if !reversible(&row, window_ms, now_ms) => answer(
+                ReverseResult::Irreversible,
+                &format!("locked {} ms ago, past the reversal window", now_ms - row.created_at_ms),
+            ),
+            LockState::Locked => self.restore(turn, row, now_ms).await,
+        }
+    }
+
+    /// QueryLock: the row under `request_id`, if any.
+    pub async fn find(&self, request_id: &str) -> Result<Option<lock::Model>, Status> {
+        lock::Entity::find_by_id(request_id.to_owned()).one(&self.db).await.map_err(db_error)
+    }
+
+    /// ListLedger: up to `limit` entries after `cursor`, in order.
+    pub async fn list(&self, cursor: u64, limit: u64) -> Result<Vec<ledger::Model>, Status> {
+        let after = i64::try_from(cursor).unwrap_or(i64::MAX);
+        ledger::Entity::find()
+            .filter(ledger::Column::Seq.gt(after))
+            .order_by_asc(ledger::Column::Seq)
+            .limit(limit)
+            .all(&self.db)
+            .await
+            .map_err(db_error)
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    /// Legacy mode keys rows by made-up ids; the caller's id finds the latest row it sent.
+    async fn latest_for(&self, request_id: &str) -> Result<Option<lock::Model>, Status> {
+        let rows = lock::Entity::find()
+            .filter(lock::Column::RequestId.eq(request_id))
+            .order_by_desc(lock::Column::CreatedSeq)
+            .all(&self.db)
+            .await
+            .map_err(db_error)?;
+        let live = rows.iter().find(|row| row.state == LockState::Locked).cloned();
+        Ok(live.or_else(|| rows.into_iter().next()))
+    }
+
+    async fn record_lock(
+        &self,
+        txn: &DatabaseTransaction,
+        order: &LockOrder,
+        key: String,
+        answer: &LockAnswer,
+        seq: u64,
+    ) -> Result<(), Status> {
+        let now_ms = self.clock.now_ms();
+        let lines = lines_json(&order.lines)?;
+        let row = lock::ActiveModel {
+            lock_key: Set(key),
+            request_id: Set(order.request_id.clone()),
+            order_no: Set(order.order_no.clone()),
+            state: Set(answer.state),
+            lock_id: Set(answer.lock_id.clone()),
+            reason: Set(answer.reason.clone()),
+            voucher: Set(order.voucher.clone()),
+            lines: Set(lines.clone()),
+            created_seq: Set(seq_i64(seq)),
+            created_at_ms: Set(now_ms),
+            updated_at_ms: Set(now_ms),
+        };
+        lock::Entity::insert(row).exec_without_returning(txn).await.map_err(db_error)?;
+        let kind = if answer.state == LockState::Locked { LedgerKind::Lock } else { LedgerKind::Reject };
+        let entry =
+            Entry { seq, kind, request_id: &order.request_id, lock_id: &answer.lock_id, order_no: &order.order_no };
+        append(txn, entry, lines, now_ms).await
+    }
+
+    async fn tombstone(&self, mut turn: WriteTurn<'_>, order: ReverseOrder) -> Result<ReverseAnswer, Status> {
+        let now_ms = self.clock.now_ms();
+        let seq = turn.next_seq();
+        let row = lock::ActiveModel {
+            lock_key: Set(order.request_id.clone()),
+            request_id: Set(order.request_id.clone()),
+            order_no: Set(order.order_no.clone()),
+            state: Set(LockState::Tombstoned),
+            lock_id: Set(String::new()),
+            reason: Set("reversed before any lock arrived".to_owned()),
+            voucher: Set(order.voucher.clone()),
+            lines: Set("[]".to_owned()),
+            created_seq: Set(seq_i64(seq)),
+            created_at_ms: Set(now_ms),
+            updated_at_ms: Set(now_ms),
+        };
+        let txn = self.db.begin().await.map_err(db_error)?;
+        lock::Entity::insert(row).exec_without_returning(&txn).await.map_err(db_error)?;
+        let entry = Entry {
+            seq,
+            kind: LedgerKind::Tombstone,
+            request_id: &order.request_id,
+            lock_id: "",
+            order_no: &order.order_no,
+        };
+        append(&txn, entry, "[]".to_owned(), now_ms).await?;
+        txn.commit().await.map_err(db_error)?;
+        turn.committed();
+        tracing::info!(request_id = %order.request_id, "tombstone recorded");
+        Ok(ReverseAnswer {
+            result: ReverseResult::Tombstoned,
+            reason: "no lock existed; later locks are refused".to_owned(),
+        })
+    }
+
+    async fn restore(&self, mut turn: WriteTurn<'_>, row: lock::Model, now_ms: i64) -> Result<ReverseAnswer, Status> {
+        let lines: Vec<Line> = serde_json::from_str(&row.lines)
+            .map_err(|e| Status::internal(format!("lock {} has unreadable lines: {e}", row.lock_key)))?;
+        let seq = turn.next_seq();
+        let txn = self.db.begin().await.map_err(db_error)?;
+        for line in &lines {
+            stock::Entity::update_many()
+                .col_expr(stock::Column::Available, Expr::col(stock::Column::Available).add(line.quantity))
+                .filter(stock::Column::Sku.eq(line.sku.as_str()))
+                .exec(&txn)
+                .await
+                .map_err(db_error)?;
+        }
+        lock::Entity::update_many()
+            .col_expr(lock::Column::State, Expr::value(LockState::Reversed))
+            .col_expr(lock::Column::UpdatedAtMs, Expr::value(now_ms))
+            .filter(lock::Column::LockKey.eq(row.lock_key.as_str()))
+            .exec(&txn)
+            .await
+            .map_err(db_error)?;
+        let entry = Entry {
+            seq,
+            kind: LedgerKind::Reverse,
+            request_id: &row.request_id,
+            lock_id: &row.lock_id,
+            order_no: &row.order_no,
+        };
+        append(&txn, entry, row.lines.clone(), now_ms).await?;
+        txn.commit().await.map_err(db_error)?;
+        turn.committed();
+        tracing::info!(request_id = %row.request_id, lock_id = %row.lock_id, "lock reversed");
+        Ok(ReverseAnswer { result: ReverseResult::Reversed, reason: String::new() })
+    }
+}
+
+impl LockAnswer {
+    /// The answer a repeat gets: the row's state now (a reversed lock answers REVERSED).
+    pub fn of(row: &lock::Model) -> LockAnswer {
+        LockAnswer { state: row.state, lock_id: row.lock_id.clone(), reason: row.reason.clone() }
+    }
+}
+
+/// Whether ReverseLock can still succeed on `row`.
+pub fn reversible(row: &lock::Model, window_ms: Option<i64>, now_ms: i64) -> bool {
+    row.state == LockState::Locked && window_ms.is_none_or(|window| now_ms.saturating_sub(row.created_at_ms) < window)
+}
+
+/// The identity part of a ledger entry.
+struct Entry<'a> {
+    seq: u64,
+    kind: LedgerKind,
+    request_id: &'a str,
+    lock_id: &'a str,
+    order_no: &'a str,
+}
+
+async fn append(txn: &DatabaseTransaction, entry: Entry<'_>, lines: String, at_ms: i64) -> Result<(), Status> {
+    let row = ledger::ActiveModel {
+        seq: Set(seq_i64(entry.seq)),
+        kind: Set(entry.kind),
+        request_id: Set(entry.request_id.to_owned()),
+        lock_id: Set(entry.lock_id.to_owned()),
+        order_no: Set(entry.order_no.to_owned()),
+        lines: Set(lines),
+        at_ms: Set(at_ms),
+    };
+    ledger::Entity::insert(row).exec_without_returning(txn).await.map_err(db_error)?;
+    Ok(())
+}
+
+/// The stock rows of the order's SKUs; an unknown SKU is the caller's error.
+async fn load_stock(txn: &impl ConnectionTrait, lines: &[Line]) -> Result<HashMap<String, i64>, Status> {
+    let skus: Vec<&str> = lines.iter().map(|line| line.sku.as_str()).collect();
+    let rows = stock::Entity::find().filter(stock::Column::Sku.is_in(skus)).all(txn).await.map_err(db_error)?;
+    let stock: HashMap<String, i64> = rows.into_iter().map(|row| (row.sku, row.available)).collect();
+    match lines.iter().find(|line| !stock.contains_key(&line.sku)) {
+        Some(unknown) => Err(Status::invalid_argument(format!("unknown sku {:?}", unknown.sku))),
+        None => Ok(stock),
+    }
+}
+
+/// Why the order cannot be served from `stock`, if it cannot.
+fn shortage(stock: &HashMap<String, i64>, lines: &[Line]) -> Option<String> {
+    lines.iter().find_map(|line| {
+        let available = stock.get(&line.sku).copied().unwrap_or(0);
+        (available < line.quantity)
+            .then(|| format!("not enough stock of {}: {available} available, {} requested", line.sku, line.quantity))
+    })
+}
+
+async fn deduct(txn: &DatabaseTransaction, stock: &HashMap<String, i64>, lines: &[Line]) -> Result<(), Status> {
+    for line in lines {
+        let available = stock.get(&line.sku).copied().unwrap_or(0);
+        stock::Entity::update_many()
+            .col_expr(stock::Column::Available, Expr::value(available - line.quantity))
+            .filter(stock::Column::Sku.eq(line.sku.as_str()))
+            .exec(txn)
+            .await
+            .map_err(db_error)?;
+    }
+    Ok(())
+}
+
+fn lines_json(lines: &[Line]) -> Result<String, Status> {
+    serde_json::to_string(lines).map_err(|e| Status::internal(format!("cannot encode lines: {e}")))
+}
+
+/// Sequence numbers start at 1 and grow by one per entry; they never come near i64::MAX.
+fn seq_i64(seq: u64) -> i64 {
+    i64::try_from(seq).unwrap_or(i64::MAX)
+}
+
+/// A database failure: the caller cannot know whether a write committed, so it is not a
+/// business answer but an error.
+fn db_error(error: DbErr) -> Status {
+    Status::internal(format!("ledger database: {error}"))
+}
+
+fn startup(source: DbErr) -> midflight_mock::Error {
+    midflight_mock::Error::Database { context: "cannot prepare the wms ledger".to_owned(), source }
+}

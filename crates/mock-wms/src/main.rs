@@ -1,0 +1,66 @@
+//! `mock-wms`: the mock WMS as a process. Everything but flags, logging and signals is in the library.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use midflight_config::Sources;
+use midflight_mock_wms::WmsConfig;
+
+/// A mock warehouse system: idempotent, queryable, reversible, with fault injection.
+#[derive(Debug, Parser)]
+struct Args {
+    /// TOML configuration file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Override one setting, e.g. `--set faults.legacy_mode=true` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Print the configuration in force and exit.
+    #[arg(long)]
+    print_config: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let config: WmsConfig = midflight_config::load(&Sources::from_process(args.config, args.set))?;
+    if args.print_config {
+        print!("{}", midflight_config::to_toml(&config));
+        return Ok(());
+    }
+    // Replaced by the shared telemetry crate once it exists.
+    let filter = tracing_subscriber::EnvFilter::try_new(&config.telemetry.log_filter)?;
+    tracing_subscriber::fmt().with_env_filter(filter).init();
+    let listener = tokio::net::TcpListener::bind(&config.server.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.server.listen))?;
+    midflight_mock_wms::run(config, listener, shutdown_signal()).await?;
+    Ok(())
+}
+
+/// Completes on Ctrl-C or SIGTERM, whichever comes first.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::warn!(%error, "cannot listen for ctrl-c");
+            std::future::pending::<()>().await;
+        }
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for sigterm");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutdown requested");
+}
