@@ -19,7 +19,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-pub use sections::{DatabaseSection, GrpcClientSection, KafkaSection, ServerSection, TelemetrySection};
+pub use sections::{DatabaseSection, GrpcClientSection, KafkaSection, ServerSection, TelemetrySection, redact_url};
 
 /// Prefix of the environment variables the loader reads.
 pub const ENV_PREFIX: &str = "MIDFLIGHT_";

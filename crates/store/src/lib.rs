@@ -1,1 +1,149 @@
-//! Saga store.
+//! The saga store: the intermediate-state table and its neighbours (transition log, manual
+//! tickets, outbox, the business `orders` table) on MySQL 8 / MariaDB or SQLite, through sea-orm.
+//!
+//! Architecture invariants:
+//! - Every operation is one statement or one short transaction. No row lock is held across a
+//!   downstream call: callers write the intent, commit, and only then call.
+//! - Every change to a saga row is a compare-and-set naming the version (and lease epoch) the
+//!   caller read: `UPDATE saga SET ... WHERE biz_id = ? AND version = ? AND lease_epoch = ?`.
+//!   Zero rows affected is [`Cas::Conflict`], an ordinary outcome, not an error: the caller lost
+//!   ownership and must stop. No `SELECT ... FOR UPDATE` anywhere.
+//! - Leases are compared against the database clock inside the statements; a worker's clock
+//!   never decides whether a lease is live.
+//! - The transition-log row, and any business, outbox or ticket row, is written in the same
+//!   transaction as the saga UPDATE it belongs to.
+
+mod clock;
+mod dialect;
+pub mod entity;
+mod error;
+mod inbox;
+mod lease;
+mod migrate;
+mod operator;
+mod outbox;
+mod read;
+mod row;
+#[cfg(feature = "testing")]
+pub mod testing;
+mod ticket;
+mod transition;
+
+use std::time::Duration;
+
+use midflight_config::DatabaseSection;
+use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbBackend};
+use sea_orm_migration::MigratorTrait;
+
+pub use error::Error;
+pub use inbox::Arrival;
+pub use outbox::OutboxMessage;
+pub use read::{OrderRow, Transition};
+pub use ticket::{Ticket, TicketState};
+
+/// Largest number of rows one batch operation writes; larger batches are split by the caller.
+pub const BATCH_ROWS_MAX: usize = 500;
+
+/// The outcome of a compare-and-set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub enum Cas<T> {
+    /// The row was as expected and now holds the new values.
+    Applied(T),
+    /// The row changed underneath (another owner, a newer version, a live lease): nothing was written.
+    Conflict,
+}
+
+impl<T> Cas<T> {
+    pub fn applied(self) -> Option<T> {
+        match self {
+            Cas::Applied(value) => Some(value),
+            Cas::Conflict => None,
+        }
+    }
+
+    pub fn is_applied(&self) -> bool {
+        matches!(self, Cas::Applied(_))
+    }
+}
+
+/// A handle on the saga database. Cheap to clone (the pool is shared).
+#[derive(Debug, Clone)]
+pub struct Store {
+    db: DatabaseConnection,
+    backend: DbBackend,
+    clock: clock::DbClock,
+}
+
+impl Store {
+    /// Connects with the pool settings of `section`; does not migrate.
+    pub async fn connect(section: &DatabaseSection) -> Result<Store, Error> {
+        let mut options = ConnectOptions::new(section.url.clone());
+        options
+            .max_connections(section.max_connections)
+            .min_connections(1)
+            .acquire_timeout(Duration::from_millis(section.acquire_timeout_ms))
+            .connect_timeout(Duration::from_millis(section.connect_timeout_ms))
+            // Testing every connection before use halves the commit rate on this kind of box
+            // (ENVIRONMENT.md); test only those idle long enough to have been cut off.
+            .test_before_acquire(false)
+            .test_before_acquire_if_idle_for(Duration::from_secs(30))
+            .sqlx_logging(false)
+            .map_sqlx_sqlite_opts(|options| {
+                options
+                    .journal_mode(sea_orm::sqlx::sqlite::SqliteJournalMode::Wal)
+                    .busy_timeout(Duration::from_secs(10))
+                    .foreign_keys(false)
+            });
+        let db = Database::connect(options)
+            .await
+            .map_err(|source| Error::Connect { url: midflight_config::redact_url(&section.url), source })?;
+        Store::from_connection(db).await
+    }
+
+    /// Wraps an existing connection (tests, tools).
+    pub async fn from_connection(db: DatabaseConnection) -> Result<Store, Error> {
+        let backend = db.get_database_backend();
+        if !matches!(backend, DbBackend::MySql | DbBackend::Sqlite) {
+            return Err(Error::Invalid(format!("unsupported database backend {backend:?}: use MySQL or SQLite")));
+        }
+        let clock = clock::DbClock::measure(&db, backend).await?;
+        Ok(Store { db, backend, clock })
+    }
+
+    /// Applies any migration file the database does not have yet.
+    pub async fn migrate(&self) -> Result<(), Error> {
+        migrate::Migrator::up(&self.db, None).await.map_err(Error::Migrate)
+    }
+
+    /// The database clock (ms since the Unix epoch), estimated from a reading at most a few
+    /// seconds old. Used for deadlines, backoff and timestamps; leases are always compared
+    /// inside SQL against the real database clock.
+    pub async fn now_ms(&self) -> Result<i64, Error> {
+        self.clock.now_ms(&self.db).await
+    }
+
+    pub fn backend(&self) -> DbBackend {
+        self.backend
+    }
+
+    /// The underlying connection, for tools that read (the checker, the CLI).
+    pub fn connection(&self) -> &DatabaseConnection {
+        &self.db
+    }
+
+    /// Closes the pool.
+    pub async fn close(self) -> Result<(), Error> {
+        self.db.close().await.map_err(|source| Error::Db { operation: "close", biz_id: None, source })
+    }
+}
+
+/// The SQL of the migrations, in order, for tools and tests.
+pub fn migration_files() -> &'static [(&'static str, &'static str)] {
+    &migrate::FILES
+}
+
+/// Splits a migration file into statements (exposed for the tidy test).
+pub fn migration_statements(sql: &str) -> Vec<String> {
+    migrate::statements(sql)
+}

@@ -1,0 +1,28 @@
+//! The store's error. A lost compare-and-set is not an error (see [`crate::Cas`]).
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("database error during {operation}{}: {source}", biz_id.as_ref().map(|id| format!(" (saga {id})")).unwrap_or_default())]
+    Db { operation: &'static str, biz_id: Option<String>, source: sea_orm::DbErr },
+    #[error(transparent)]
+    Model(#[from] midflight_model::Error),
+    #[error("saga {biz_id}: stored row is corrupt: {message}")]
+    Corrupt { biz_id: String, message: String },
+    #[error("cannot connect to {url}: {source}")]
+    Connect { url: String, source: sea_orm::DbErr },
+    #[error("migration failed: {0}")]
+    Migrate(sea_orm::DbErr),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Adds the operation (and saga) to a database error.
+pub(crate) trait Context<T> {
+    fn during(self, operation: &'static str, biz_id: Option<&str>) -> Result<T, Error>;
+}
+
+impl<T> Context<T> for Result<T, sea_orm::DbErr> {
+    fn during(self, operation: &'static str, biz_id: Option<&str>) -> Result<T, Error> {
+        self.map_err(|source| Error::Db { operation, biz_id: biz_id.map(str::to_owned), source })
+    }
+}

@@ -1,0 +1,88 @@
+//! Operator actions on MANUAL_REVIEW sagas: close them as DONE or ROLLED_BACK after fixing
+//! things by hand, or send them back to an intent state for automation to resolve by query.
+//! Each is a CAS on the version the operator looked at, recorded in the transition log with
+//! the operator's name, and resolves the saga's open tickets in the same transaction.
+
+use midflight_model::{Change, Saga, Status};
+use sea_orm::{ConnectionTrait, Statement, TransactionTrait, Value};
+
+use crate::error::{Context, Error};
+use crate::row::{fit, signed};
+use crate::{Cas, Store, dialect};
+
+impl Store {
+    /// Moves a MANUAL_REVIEW saga to `to`, if it is still at `expected_version`. A move back to
+    /// an intent state leaves the lease free and the backoff cleared, so the recovery worker
+    /// picks it up at its next scan.
+    pub async fn resolve(
+        &self,
+        biz_id: &str,
+        expected_version: u64,
+        to: Status,
+        operator: &str,
+        note: &str,
+    ) -> Result<Cas<Saga>, Error> {
+        let Some(before) = self.get(biz_id).await? else {
+            return Err(Error::Invalid(format!("saga {biz_id} does not exist")));
+        };
+        if before.version != expected_version {
+            return Ok(Cas::Conflict);
+        }
+        let change = Change {
+            note: Some(format!("resolved by {operator}: {note}")),
+            ..Change::to(&[to], format!("operator: {note}"))
+        };
+        let now_ms = self.now_ms().await?;
+        let mut next = change.apply_by_operator(&before, now_ms)?;
+        next.next_attempt_at_ms = 0;
+        let actor = format!("operator:{operator}");
+        let some = Some(biz_id);
+        let txn = self.db.begin().await.during("begin resolve", some)?;
+        let now = dialect::now_ms(self.backend);
+        let sql = format!(
+            "UPDATE saga SET status = ?, version = ?, last_error = ?, next_attempt_at_ms = 0, attempts = 0, \
+             intent_at_ms = ?, updated_at_ms = ?, lease_until_ms = {now} WHERE biz_id = ? AND version = ?"
+        );
+        let values: Vec<Value> = vec![
+            next.status.as_str().into(),
+            signed(next.version).into(),
+            next.last_error.as_deref().map(|e| fit(e, 1024)).into(),
+            next.intent_at_ms.into(),
+            next.updated_at_ms.into(),
+            biz_id.into(),
+            signed(expected_version).into(),
+        ];
+        let result = txn
+            .execute_raw(Statement::from_sql_and_values(self.backend, sql, values))
+            .await
+            .during("resolve saga", some)?;
+        if result.rows_affected() == 0 {
+            txn.rollback().await.during("roll back resolve", some)?;
+            return Ok(Cas::Conflict);
+        }
+        let log = format!(
+            "INSERT INTO saga_transition (biz_id, version, from_status, to_status, lease_epoch, actor, reason, at_ms) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, {now})"
+        );
+        let values: Vec<Value> = vec![
+            biz_id.into(),
+            signed(next.version).into(),
+            before.status.as_str().into(),
+            to.as_str().into(),
+            signed(before.lease.epoch).into(),
+            fit(&actor, 160).into(),
+            fit(&format!("operator: {note}"), 512).into(),
+        ];
+        txn.execute_raw(Statement::from_sql_and_values(self.backend, log, values)).await.during("log resolve", some)?;
+        let close = format!(
+            "UPDATE manual_ticket SET state = 'RESOLVED', resolved_by = ?, resolved_at_ms = {now}, resolution = ? \
+             WHERE biz_id = ? AND state = 'OPEN'"
+        );
+        let values: Vec<Value> = vec![fit(operator, 160).into(), fit(note, 1024).into(), biz_id.into()];
+        txn.execute_raw(Statement::from_sql_and_values(self.backend, close, values))
+            .await
+            .during("resolve tickets", some)?;
+        txn.commit().await.during("commit resolve", some)?;
+        Ok(Cas::Applied(next))
+    }
+}

@@ -1,0 +1,104 @@
+//! The outbox relay's side of the table: claim pending rows (several relays may run; a claim is
+//! a conditional UPDATE with an expiry, like a saga lease), then mark them published.
+//!
+//! Delivery is at least once: a relay that stalls past its claim after publishing lets another
+//! relay publish again. Notifications are keyed by biz_id so their readers deduplicate.
+
+use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Statement, Value};
+
+use crate::entity::outbox;
+use crate::error::{Context, Error};
+use crate::{BATCH_ROWS_MAX, Store, dialect};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxMessage {
+    pub biz_id: String,
+    pub payload: String,
+    pub trace_context: Option<String>,
+}
+
+impl Store {
+    /// Claims up to `limit` unpublished rows for `owner` for `claim_ms`, oldest first.
+    pub async fn claim_outbox(&self, owner: &str, limit: u64, claim_ms: i64) -> Result<Vec<OutboxMessage>, Error> {
+        let limit = limit.min(BATCH_ROWS_MAX as u64);
+        let now_ms = self.now_ms().await?;
+        let candidates: Vec<String> = outbox::Entity::find()
+            .select_only()
+            .column(outbox::Column::BizId)
+            .filter(outbox::Column::PublishedAtMs.is_null())
+            .filter(outbox::Column::RelayUntilMs.lte(now_ms))
+            .order_by_asc(outbox::Column::CreatedAtMs)
+            .limit(limit)
+            .into_tuple()
+            .all(&self.db)
+            .await
+            .during("find pending outbox rows", None)?;
+        if candidates.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = dialect::now_ms(self.backend);
+        let sql = format!(
+            "UPDATE outbox SET relay_owner = ?, relay_until_ms = {now} + ? \
+             WHERE published_at_ms IS NULL AND relay_until_ms <= {now} AND biz_id IN ({})",
+            dialect::placeholders(candidates.len())
+        );
+        let mut values: Vec<Value> = vec![owner.into(), claim_ms.into()];
+        values.extend(candidates.iter().cloned().map(Value::from));
+        self.db
+            .execute_raw(Statement::from_sql_and_values(self.backend, sql, values))
+            .await
+            .during("claim outbox rows", None)?;
+        let claimed = outbox::Entity::find()
+            .filter(outbox::Column::BizId.is_in(candidates))
+            .filter(outbox::Column::RelayOwner.eq(owner))
+            .filter(outbox::Column::PublishedAtMs.is_null())
+            .order_by_asc(outbox::Column::CreatedAtMs)
+            .all(&self.db)
+            .await
+            .during("read claimed outbox rows", None)?;
+        Ok(claimed
+            .into_iter()
+            .map(|row| OutboxMessage { biz_id: row.biz_id, payload: row.payload, trace_context: row.trace_context })
+            .collect())
+    }
+
+    /// Marks rows published, if `owner` still holds their claim; returns how many it marked.
+    pub async fn mark_published(&self, owner: &str, biz_ids: &[String]) -> Result<u64, Error> {
+        if biz_ids.is_empty() {
+            return Ok(0);
+        }
+        let now = dialect::now_ms(self.backend);
+        let sql = format!(
+            "UPDATE outbox SET published_at_ms = {now} WHERE relay_owner = ? AND published_at_ms IS NULL AND biz_id IN ({})",
+            dialect::placeholders(biz_ids.len())
+        );
+        let mut values: Vec<Value> = vec![owner.into()];
+        values.extend(biz_ids.iter().cloned().map(Value::from));
+        let result = self
+            .db
+            .execute_raw(Statement::from_sql_and_values(self.backend, sql, values))
+            .await
+            .during("mark published", None)?;
+        Ok(result.rows_affected())
+    }
+
+    /// Rows written but not yet published (a metric and a quiescence check).
+    pub async fn outbox_pending(&self) -> Result<u64, Error> {
+        use sea_orm::PaginatorTrait;
+        outbox::Entity::find()
+            .filter(outbox::Column::PublishedAtMs.is_null())
+            .count(&self.db)
+            .await
+            .during("count pending outbox rows", None)
+    }
+
+    /// Every outbox row's biz_id and whether it was published (for the invariant checker).
+    pub async fn outbox_rows(&self) -> Result<Vec<(String, bool)>, Error> {
+        let rows = outbox::Entity::find()
+            .order_by_asc(outbox::Column::BizId)
+            .all(&self.db)
+            .await
+            .during("read outbox", None)?;
+        Ok(rows.into_iter().map(|r| (r.biz_id, r.published_at_ms.is_some())).collect())
+    }
+}

@@ -1,0 +1,207 @@
+//! Reads: one saga, its timeline, the recovery scan, the per-order check, listings and counts.
+//! Reads take no locks; anything decided from a read is written back with a CAS.
+
+use midflight_model::{Saga, Status};
+use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Statement, Value};
+use serde::Serialize;
+
+use crate::entity::{orders, saga, saga_transition};
+use crate::error::{Context, Error};
+use crate::lease::{active_list, terminal_list};
+use crate::row::{self};
+use crate::{Store, dialect};
+
+/// One row of the transition log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Transition {
+    pub biz_id: String,
+    pub version: u64,
+    pub from: Option<Status>,
+    pub to: Status,
+    pub lease_epoch: u64,
+    pub actor: String,
+    pub reason: String,
+    pub at_ms: i64,
+}
+
+impl Transition {
+    /// A takeover changes the owner, not the status.
+    pub fn is_takeover(&self) -> bool {
+        self.reason == "takeover"
+    }
+}
+
+/// A row of the business table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OrderRow {
+    pub biz_id: String,
+    pub order_no: String,
+    pub status: String,
+    pub tracking_no: Option<String>,
+}
+
+impl Store {
+    pub async fn get(&self, biz_id: &str) -> Result<Option<Saga>, Error> {
+        let row = saga::Entity::find_by_id(biz_id.to_owned()).one(&self.db).await.during("read saga", Some(biz_id))?;
+        row.map(row::to_saga).transpose()
+    }
+
+    /// Abandoned sagas: not terminal, lease expired and backoff over by the database clock,
+    /// longest-expired first, at most `limit` (served by the `saga_recovery` index).
+    pub async fn abandoned(&self, limit: u64) -> Result<Vec<Saga>, Error> {
+        let now = dialect::now_ms(self.backend);
+        let sql = format!(
+            "SELECT * FROM saga WHERE status IN ({}) AND lease_until_ms <= {now} AND next_attempt_at_ms <= {now} \
+             ORDER BY lease_until_ms LIMIT ?",
+            active_list()
+        );
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.sagas_by_sql(sql, vec![limit.into()], "scan abandoned sagas").await
+    }
+
+    /// The biz_id of an earlier unfinished saga of the same order on the same partition, if
+    /// any: a saga starts only when this is `None` (per-order order, I5).
+    pub async fn earlier_unfinished(&self, saga: &Saga) -> Result<Option<String>, Error> {
+        let sql = format!(
+            "SELECT biz_id FROM saga WHERE order_no = ? AND src_partition = ? AND src_offset < ? AND src_topic = ? \
+             AND status NOT IN ({}) ORDER BY src_offset LIMIT 1",
+            terminal_list()
+        );
+        let values: Vec<Value> = vec![
+            saga.order_no.clone().into(),
+            saga.source.partition.into(),
+            saga.source.offset.into(),
+            saga.source.topic.clone().into(),
+        ];
+        let row = self
+            .db
+            .query_one_raw(Statement::from_sql_and_values(self.backend, sql, values))
+            .await
+            .during("check earlier sagas of the order", Some(&saga.biz_id))?;
+        row.map(|r| r.try_get::<String>("", "biz_id")).transpose().during("read earlier saga id", Some(&saga.biz_id))
+    }
+
+    /// Sagas in `status` (or any), least recently updated first: the oldest work is the most interesting.
+    pub async fn list(&self, status: Option<Status>, limit: u64) -> Result<Vec<Saga>, Error> {
+        let mut query = saga::Entity::find().order_by_asc(saga::Column::UpdatedAtMs).limit(limit);
+        if let Some(status) = status {
+            query = query.filter(saga::Column::Status.eq(status.as_str()));
+        }
+        let rows = query.all(&self.db).await.during("list sagas", None)?;
+        rows.into_iter().map(row::to_saga).collect()
+    }
+
+    /// Non-terminal sagas not updated for `older_than_ms`: stuck candidates for an operator.
+    pub async fn stuck(&self, older_than_ms: i64, limit: u64) -> Result<Vec<Saga>, Error> {
+        let now = self.now_ms().await?;
+        let active: Vec<&str> = Status::ALL.iter().filter(|s| !s.is_terminal()).map(|s| s.as_str()).collect();
+        let rows = saga::Entity::find()
+            .filter(saga::Column::Status.is_in(active))
+            .filter(saga::Column::UpdatedAtMs.lt(now - older_than_ms))
+            .order_by_asc(saga::Column::UpdatedAtMs)
+            .limit(limit)
+            .all(&self.db)
+            .await
+            .during("list stuck sagas", None)?;
+        rows.into_iter().map(row::to_saga).collect()
+    }
+
+    /// Every saga, in biz_id order, a page at a time (for the invariant checker).
+    pub async fn page(&self, after_biz_id: &str, limit: u64) -> Result<Vec<Saga>, Error> {
+        let rows = saga::Entity::find()
+            .filter(saga::Column::BizId.gt(after_biz_id))
+            .order_by_asc(saga::Column::BizId)
+            .limit(limit)
+            .all(&self.db)
+            .await
+            .during("page through sagas", None)?;
+        rows.into_iter().map(row::to_saga).collect()
+    }
+
+    /// The timeline of one saga.
+    pub async fn transitions(&self, biz_id: &str) -> Result<Vec<Transition>, Error> {
+        let rows = saga_transition::Entity::find()
+            .filter(saga_transition::Column::BizId.eq(biz_id))
+            .order_by_asc(saga_transition::Column::Version)
+            .all(&self.db)
+            .await
+            .during("read transition log", Some(biz_id))?;
+        rows.into_iter().map(to_transition).collect()
+    }
+
+    /// Number of takeovers recorded across all sagas.
+    pub async fn takeover_count(&self) -> Result<u64, Error> {
+        use sea_orm::PaginatorTrait;
+        saga_transition::Entity::find()
+            .filter(saga_transition::Column::Reason.eq("takeover"))
+            .count(&self.db)
+            .await
+            .during("count takeovers", None)
+    }
+
+    /// Sagas per status, and the oldest `updated_at_ms` per status (for metrics and reports).
+    pub async fn status_summary(&self) -> Result<Vec<(Status, u64, i64)>, Error> {
+        let sql = "SELECT status, COUNT(*) AS n, MIN(updated_at_ms) AS oldest FROM saga GROUP BY status";
+        let rows = self
+            .db
+            .query_all_raw(Statement::from_string(self.backend, sql))
+            .await
+            .during("summarise statuses", None)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let text: String = r.try_get("", "status").during("read status summary", None)?;
+            let count: i64 = r.try_get("", "n").during("read status summary", None)?;
+            let oldest: i64 = r.try_get("", "oldest").during("read status summary", None)?;
+            let status = Status::parse(&text).ok_or_else(|| Error::Corrupt {
+                biz_id: "(summary)".to_owned(),
+                message: format!("unknown status {text:?} in the table"),
+            })?;
+            out.push((status, u64::try_from(count).unwrap_or(0), oldest));
+        }
+        Ok(out)
+    }
+
+    /// The business row of a saga.
+    pub async fn order_row(&self, biz_id: &str) -> Result<Option<OrderRow>, Error> {
+        let row =
+            orders::Entity::find_by_id(biz_id.to_owned()).one(&self.db).await.during("read order row", Some(biz_id))?;
+        Ok(row.map(|r| OrderRow {
+            biz_id: r.biz_id,
+            order_no: r.order_no,
+            status: r.status,
+            tracking_no: r.tracking_no,
+        }))
+    }
+
+    async fn sagas_by_sql(&self, sql: String, values: Vec<Value>, operation: &'static str) -> Result<Vec<Saga>, Error> {
+        use sea_orm::FromQueryResult;
+        let rows = self
+            .db
+            .query_all_raw(Statement::from_sql_and_values(self.backend, sql, values))
+            .await
+            .during(operation, None)?;
+        rows.iter()
+            .map(|r| saga::Model::from_query_result(r, "").during(operation, None).and_then(row::to_saga))
+            .collect()
+    }
+}
+
+fn to_transition(row: saga_transition::Model) -> Result<Transition, Error> {
+    let parse = |text: &str| {
+        Status::parse(text).ok_or_else(|| {
+            Error::Model(midflight_model::Error::UnknownStatus { biz_id: row.biz_id.clone(), text: text.to_owned() })
+        })
+    };
+    let from = row.from_status.as_deref().map(parse).transpose()?;
+    let to = parse(&row.to_status)?;
+    Ok(Transition {
+        version: u64::try_from(row.version).unwrap_or(0),
+        lease_epoch: u64::try_from(row.lease_epoch).unwrap_or(0),
+        biz_id: row.biz_id,
+        from,
+        to,
+        actor: row.actor,
+        reason: row.reason,
+        at_ms: row.at_ms,
+    })
+}

@@ -1,0 +1,158 @@
+//! Test support: a fresh, migrated database per test, on SQLite or MySQL, so one test body runs
+//! on both engines.
+//!
+//! MySQL tests use the server named by `MIDFLIGHT_TEST_MYSQL_URL` (e.g.
+//! `mysql://root@127.0.0.1:3306/test`) and create a database of their own, dropped afterwards.
+//! Without the variable they are skipped with a note, except under `CI=true`, where a missing
+//! variable fails the test: CI must never silently skip the MySQL half.
+
+use std::path::PathBuf;
+
+use midflight_config::DatabaseSection;
+
+use crate::Store;
+
+/// The variable naming the MySQL server for tests.
+pub const MYSQL_URL_VAR: &str = "MIDFLIGHT_TEST_MYSQL_URL";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    Sqlite,
+    MySql,
+}
+
+/// A fresh database, removed when dropped.
+#[derive(Debug)]
+pub struct TestDb {
+    pub store: Store,
+    pub url: String,
+    pub engine: Engine,
+    cleanup: Cleanup,
+}
+
+#[derive(Debug)]
+enum Cleanup {
+    File(PathBuf),
+    Database { server_url: String, name: String },
+}
+
+impl TestDb {
+    /// A fresh database on `engine`, or `None` when MySQL is not configured outside CI.
+    pub async fn fresh(engine: Engine) -> Option<TestDb> {
+        match engine {
+            Engine::Sqlite => Some(TestDb::sqlite().await),
+            Engine::MySql => TestDb::mysql().await,
+        }
+    }
+
+    async fn sqlite() -> TestDb {
+        let path = std::env::temp_dir().join(format!("midflight-test-{}.db", uuid::Uuid::new_v4().simple()));
+        let url = format!("sqlite://{}?mode=rwc", path.display());
+        let store = connect(&url).await;
+        TestDb { store, url, engine: Engine::Sqlite, cleanup: Cleanup::File(path) }
+    }
+
+    async fn mysql() -> Option<TestDb> {
+        let server_url = mysql_server_url()?;
+        let name = format!("mf_t_{}", &uuid::Uuid::new_v4().simple().to_string()[..16]);
+        run_sql(&server_url, &format!("CREATE DATABASE {name}")).await;
+        let url = with_database(&server_url, &name);
+        let store = connect(&url).await;
+        Some(TestDb { store, url, engine: Engine::MySql, cleanup: Cleanup::Database { server_url, name } })
+    }
+
+    /// A second, independent connection pool on the same database (another "process").
+    pub async fn another_store(&self) -> Store {
+        connect(&self.url).await
+    }
+}
+
+/// The MySQL server URL for tests, `None` (with a note) when unset outside CI.
+pub fn mysql_server_url() -> Option<String> {
+    match std::env::var(MYSQL_URL_VAR) {
+        Ok(url) if !url.trim().is_empty() => Some(url),
+        _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("CI=true but {MYSQL_URL_VAR} is not set: the MySQL half of the tests must run in CI")
+        }
+        _ => {
+            eprintln!("note: {MYSQL_URL_VAR} is not set; skipping the MySQL variant of this test");
+            None
+        }
+    }
+}
+
+/// `server_url` with its database path replaced by `name`.
+pub fn with_database(server_url: &str, name: &str) -> String {
+    let (base, query) = server_url.split_once('?').map_or((server_url, None), |(b, q)| (b, Some(q)));
+    let authority_end = base.find("://").map(|i| i + 3).unwrap_or(0);
+    let path_start = base[authority_end..].find('/').map(|i| authority_end + i).unwrap_or(base.len());
+    let mut url = format!("{}/{name}", &base[..path_start]);
+    if let Some(query) = query {
+        url.push('?');
+        url.push_str(query);
+    }
+    url
+}
+
+async fn connect(url: &str) -> Store {
+    let section = DatabaseSection { url: url.to_owned(), max_connections: 16, ..DatabaseSection::default() };
+    let store = Store::connect(&section).await.unwrap_or_else(|e| panic!("connect to test database {url}: {e}"));
+    store.migrate().await.unwrap_or_else(|e| panic!("migrate test database {url}: {e}"));
+    store
+}
+
+async fn run_sql(url: &str, sql: &str) {
+    use sea_orm::ConnectionTrait;
+    let db = sea_orm::Database::connect(url).await.unwrap_or_else(|e| panic!("connect to {url}: {e}"));
+    db.execute_unprepared(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    db.close().await.ok();
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        match &self.cleanup {
+            Cleanup::File(path) => {
+                for suffix in ["", "-wal", "-shm"] {
+                    std::fs::remove_file(format!("{}{suffix}", path.display())).ok();
+                }
+            }
+            Cleanup::Database { server_url, name } => {
+                // Drop runs inside the test's runtime; a separate thread with its own runtime
+                // can block on the cleanup without stalling it.
+                let (server_url, sql) = (server_url.clone(), format!("DROP DATABASE IF EXISTS {name}"));
+                let joined = std::thread::spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+                    if let Ok(runtime) = runtime {
+                        runtime.block_on(run_sql(&server_url, &sql));
+                    }
+                })
+                .join();
+                if joined.is_err() {
+                    eprintln!("note: could not drop test database {name}");
+                }
+            }
+        }
+    }
+}
+
+/// Defines `mod $name { sqlite, mysql }`: one async test body run on both engines.
+/// The body is an `async fn(&TestDb)`.
+#[macro_export]
+macro_rules! both_engines {
+    ($name:ident, $body:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn sqlite() {
+                let db = $crate::testing::TestDb::fresh($crate::testing::Engine::Sqlite).await.expect("sqlite");
+                super::$body(&db).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn mysql() {
+                if let Some(db) = $crate::testing::TestDb::fresh($crate::testing::Engine::MySql).await {
+                    super::$body(&db).await;
+                }
+            }
+        }
+    };
+}

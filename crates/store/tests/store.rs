@@ -1,0 +1,411 @@
+//! Store behaviour, each body run on SQLite and on MySQL/MariaDB (see `both_engines!`).
+
+use std::sync::Arc;
+
+use midflight_model::{
+    Address, Change, Line, Observation, OrderEvent, Plan, Rules, Saga, Source, Status, Step, TicketDraft, WmsAnswer,
+    plan,
+};
+use midflight_store::testing::TestDb;
+use midflight_store::{Arrival, Cas, Error, Store, TicketState, both_engines};
+use sea_orm::ConnectionTrait;
+
+const LEASE_MS: i64 = 60_000;
+
+fn event(order_no: &str, event_type: &str) -> OrderEvent {
+    OrderEvent {
+        order_no: order_no.into(),
+        event_type: event_type.into(),
+        lines: vec![Line { sku: "SKU-0001".into(), quantity: 1 }],
+        address: Address {
+            region: "CN-SH".into(),
+            city: "上海".into(),
+            line: String::new(),
+            postal_code: String::new(),
+        },
+        amount_cents: 500,
+    }
+}
+
+async fn received(store: &Store, order_no: &str, offset: i64) -> Saga {
+    let now = store.now_ms().await.expect("clock");
+    let source = Source { topic: "orders".into(), partition: 0, offset };
+    Saga::received(&event(order_no, "PAID"), source, now, now + 600_000)
+}
+
+/// Inserts one saga leased to `owner` for `lease_ms` and returns it (fresh).
+async fn arrive(store: &Store, saga: Saga, owner: &str, lease_ms: i64) -> Saga {
+    let arrivals = store.insert_arrivals(&[saga], owner, lease_ms, owner).await.expect("insert");
+    match arrivals.into_iter().next() {
+        Some(Arrival::Fresh(saga)) => saga,
+        other => panic!("expected a fresh arrival, got {other:?}"),
+    }
+}
+
+/// Applies the planner's write for `observation`, expecting it to apply.
+async fn step(store: &Store, saga: &Saga, observation: Observation) -> Saga {
+    let now = store.now_ms().await.expect("clock");
+    let Plan::Write { change, .. } = plan(saga, &observation, now, &Rules::default()) else {
+        panic!("expected a write for {} in {}", observation.label(), saga.status)
+    };
+    match store.write(saga, &change, now, LEASE_MS, "test").await.expect("write") {
+        Cas::Applied(next) => next,
+        Cas::Conflict => panic!("unexpected conflict writing {}", saga.biz_id),
+    }
+}
+
+async fn migrations_are_idempotent(db: &TestDb) {
+    db.store.migrate().await.expect("second migrate is a no-op");
+    db.store.now_ms().await.expect("clock after migrate");
+}
+both_engines!(migrations_apply_twice, migrations_are_idempotent);
+
+async fn inbox_is_idempotent(db: &TestDb) {
+    let store = &db.store;
+    let a = received(store, "O-1", 1).await;
+    let b = received(store, "O-2", 2).await;
+    let batch = vec![a.clone(), b.clone(), a.clone()];
+    let first = store.insert_arrivals(&batch, "c1", LEASE_MS, "consumer:c1").await.expect("insert");
+    let kinds: Vec<bool> = first.iter().map(|x| matches!(x, Arrival::Fresh(_))).collect();
+    assert_eq!(kinds, vec![true, true, false], "a duplicate inside one batch is not fresh twice");
+    let fresh = first[0].saga();
+    assert_eq!((fresh.status, fresh.version, fresh.lease.epoch), (Status::Received, 0, 1));
+    assert_eq!(fresh.lease.owner_id.as_deref(), Some("c1"));
+    assert_eq!(fresh.order().expect("payload round-trips").address.city, "上海");
+
+    let again =
+        store.insert_arrivals(std::slice::from_ref(&a), "c2", LEASE_MS, "consumer:c2").await.expect("re-insert");
+    match &again[0] {
+        Arrival::Existing(saga) => assert_eq!(saga.lease.owner_id.as_deref(), Some("c1"), "redelivery changes nothing"),
+        other => panic!("redelivery must find the existing row, got {other:?}"),
+    }
+    let log = store.transitions(&a.biz_id).await.expect("log");
+    assert_eq!(log.len(), 1, "one arrival row: {log:?}");
+    assert_eq!((log[0].from, log[0].to, log[0].version), (None, Status::Received, 0));
+}
+both_engines!(inbox_insert_is_idempotent, inbox_is_idempotent);
+
+async fn poison_is_parked_unleased(db: &TestDb) {
+    let store = &db.store;
+    let now = store.now_ms().await.expect("clock");
+    let source = Source { topic: "orders".into(), partition: 1, offset: 9 };
+    let error = OrderEvent::parse(b"{oops").expect_err("poison");
+    let parked = Saga::parked(source, "{oops".into(), &error, now);
+    let arrivals = store.insert_arrivals(&[parked], "c1", LEASE_MS, "consumer:c1").await.expect("insert");
+    let saga = arrivals[0].saga();
+    assert!(matches!(arrivals[0], Arrival::Existing(_)), "a parked row is nobody's to drive");
+    assert_eq!(saga.status, Status::Parked);
+    assert_eq!(saga.biz_id, "parked:orders:1:9");
+    assert!(saga.last_error.as_deref().is_some_and(|e| e.contains("not a valid order event")), "{saga:?}");
+    assert!(store.abandoned(10).await.expect("scan").is_empty(), "parked rows are terminal");
+}
+both_engines!(poison_rows_are_parked, poison_is_parked_unleased);
+
+async fn cas_applies_once_and_logs(db: &TestDb) {
+    let store = &db.store;
+    let saga = arrive(store, received(store, "O-1", 1).await, "c1", LEASE_MS).await;
+    let requested = step(store, &saga, Observation::Nothing).await;
+    assert_eq!((requested.status, requested.version), (Status::WmsRequested, 2));
+    assert!(requested.wms_request_id.is_some() && requested.wms_voucher.is_some());
+    let order = store.order_row(&saga.biz_id).await.expect("read").expect("business row written with the intent");
+    assert_eq!(order.status, "FULFILLING");
+
+    // The same write again names version 0, which is gone: nothing is written twice.
+    let now = store.now_ms().await.expect("clock");
+    let Plan::Write { change, .. } = plan(&saga, &Observation::Nothing, now, &Rules::default()) else { panic!() };
+    assert_eq!(store.write(&saga, &change, now, LEASE_MS, "test").await.expect("write"), Cas::Conflict);
+
+    let log = store.transitions(&saga.biz_id).await.expect("log");
+    let edges: Vec<_> = log.iter().map(|t| (t.from, t.to, t.version, t.lease_epoch)).collect();
+    assert_eq!(
+        edges,
+        vec![
+            (None, Status::Received, 0, 1),
+            (Some(Status::Received), Status::DbWritten, 1, 1),
+            (Some(Status::DbWritten), Status::WmsRequested, 2, 1),
+        ]
+    );
+}
+both_engines!(transition_is_compare_and_set, cas_applies_once_and_logs);
+
+async fn fused_writes_are_atomic_with_status(db: &TestDb) {
+    let store = &db.store;
+    let saga = arrive(store, received(store, "O-1", 1).await, "c1", LEASE_MS).await;
+    let saga = step(store, &saga, Observation::Nothing).await;
+    let saga = step(store, &saga, Observation::Wms(WmsAnswer::Locked)).await;
+    assert_eq!(saga.status, Status::LogisticsRequested);
+    assert!(saga.wms_locked_at_ms.is_some() && saga.logistics_request_id.is_some());
+    let done = step(
+        store,
+        &saga,
+        Observation::Logistics(midflight_model::LogisticsAnswer::Created { tracking_no: "TRK42".into() }),
+    )
+    .await;
+    assert_eq!((done.status, done.tracking_no.as_deref()), (Status::Done, Some("TRK42")));
+    let order = store.order_row(&saga.biz_id).await.expect("read").expect("row");
+    assert_eq!((order.status.as_str(), order.tracking_no.as_deref()), ("SHIPPED", Some("TRK42")));
+    assert_eq!(store.outbox_rows().await.expect("outbox"), vec![(saga.biz_id.clone(), false)]);
+
+    // A rollback reverses the business row in the same transaction.
+    let other = arrive(store, received(store, "O-2", 2).await, "c1", LEASE_MS).await;
+    let other = step(store, &other, Observation::Nothing).await;
+    let rolled = step(store, &other, Observation::Wms(WmsAnswer::Rejected { reason: "out of stock".into() })).await;
+    assert_eq!(rolled.status, Status::RolledBack);
+    assert_eq!(store.order_row(&other.biz_id).await.expect("read").expect("row").status, "REVERSED");
+}
+both_engines!(fused_writes, fused_writes_are_atomic_with_status);
+
+async fn exactly_one_of_32_claims_wins(db: &TestDb) {
+    // A lease of 0 ms is expired at once: the row is abandoned from the start.
+    let saga = arrive(&db.store, received(&db.store, "O-1", 1).await, "c0", 0).await;
+    let barrier = Arc::new(tokio::sync::Barrier::new(32));
+    let mut tasks = Vec::new();
+    for n in 0..32 {
+        let store = if n % 2 == 0 { db.store.clone() } else { db.another_store().await };
+        let (barrier, biz_id) = (barrier.clone(), saga.biz_id.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            store.claim(&biz_id, &format!("w{n}"), LEASE_MS, &format!("recovery:w{n}")).await.expect("claim")
+        }));
+    }
+    let mut winners = Vec::new();
+    for task in tasks {
+        if let Cas::Applied(saga) = task.await.expect("join") {
+            winners.push(saga);
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one claim wins: {winners:?}");
+    assert_eq!((winners[0].lease.epoch, winners[0].version), (2, 1));
+    let takeovers: Vec<_> =
+        db.store.transitions(&saga.biz_id).await.expect("log").into_iter().filter(|t| t.is_takeover()).collect();
+    assert_eq!(takeovers.len(), 1);
+}
+both_engines!(claim_race, exactly_one_of_32_claims_wins);
+
+async fn stale_epoch_is_fenced(db: &TestDb) {
+    let store = &db.store;
+    let zombie = arrive(store, received(store, "O-1", 1).await, "c1", 0).await;
+    let winner =
+        store.claim(&zombie.biz_id, "r1", LEASE_MS, "recovery:r1").await.expect("claim").applied().expect("claimed");
+    assert_eq!(winner.lease.epoch, 2);
+
+    let now = store.now_ms().await.expect("clock");
+    let Plan::Write { change, .. } = plan(&zombie, &Observation::Nothing, now, &Rules::default()) else { panic!() };
+    assert_eq!(store.write(&zombie, &change, now, LEASE_MS, "consumer:c1").await.expect("write"), Cas::Conflict);
+    assert_eq!(store.renew(&zombie, LEASE_MS).await.expect("renew"), Cas::Conflict);
+    assert_eq!(store.release(&zombie).await.expect("release"), Cas::Conflict);
+    // Even a zombie that re-read the version but kept its old epoch is refused.
+    let mut reread = zombie.clone();
+    reread.version = winner.version;
+    assert_eq!(store.renew(&reread, LEASE_MS).await.expect("renew"), Cas::Conflict);
+    // The holder of the current epoch is not disturbed.
+    let renewed = store.renew(&winner, LEASE_MS).await.expect("renew").applied().expect("holder renews");
+    assert_eq!(renewed.version, winner.version + 1);
+    assert_eq!(store.get(&zombie.biz_id).await.expect("get").expect("row").status, Status::Received);
+}
+both_engines!(stale_epoch_conflicts, stale_epoch_is_fenced);
+
+async fn live_lease_refuses_takeover(db: &TestDb) {
+    let store = &db.store;
+    let saga = arrive(store, received(store, "O-1", 1).await, "c1", LEASE_MS).await;
+    assert_eq!(store.claim(&saga.biz_id, "r1", LEASE_MS, "recovery:r1").await.expect("claim"), Cas::Conflict);
+    // Released, it can be claimed.
+    store.release(&saga).await.expect("release").applied().expect("holder releases");
+    assert!(store.claim(&saga.biz_id, "r1", LEASE_MS, "recovery:r1").await.expect("claim").is_applied());
+}
+both_engines!(takeover_refused_while_lease_live, live_lease_refuses_takeover);
+
+async fn skewed_worker_clock_cannot_take_over(db: &TestDb) {
+    let store = &db.store;
+    let saga = arrive(store, received(store, "O-1", 1).await, "c1", LEASE_MS).await;
+    // A worker whose own clock runs an hour ahead believes the lease is long gone...
+    let skewed_now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_millis()
+        as i64
+        + 3_600_000;
+    assert!(!saga.lease_live(skewed_now), "by the skewed clock the lease looks expired");
+    // ...but the claim compares against the database clock, which says it is live.
+    assert_eq!(store.claim(&saga.biz_id, "skewed", LEASE_MS, "recovery:skewed").await.expect("claim"), Cas::Conflict);
+    let db_now = store.now_ms().await.expect("clock");
+    assert!(saga.lease_live(db_now), "by the database clock the lease is live");
+    assert!(store.abandoned(10).await.expect("scan").is_empty(), "and the recovery scan does not offer it");
+}
+both_engines!(database_clock_decides_leases, skewed_worker_clock_cannot_take_over);
+
+async fn bad_rows_are_typed_errors(db: &TestDb) {
+    let store = &db.store;
+    let saga = arrive(store, received(store, "O-1", 1).await, "c1", 0).await;
+    // An impossible transition asked of the store names the saga and writes nothing.
+    let error = store
+        .write(&saga, &Change::to(&[Status::Done], "skip"), 0, LEASE_MS, "test")
+        .await
+        .expect_err("illegal transition");
+    assert!(matches!(error, Error::Model(midflight_model::Error::IllegalTransition { .. })), "{error:?}");
+    assert!(error.to_string().contains("O-1:PAID"), "{error}");
+    // An unknown status string in the table (written by something else) is a typed error.
+    db.store
+        .connection()
+        .execute_unprepared("UPDATE saga SET status = 'PROCESSING' WHERE biz_id = 'O-1:PAID'")
+        .await
+        .expect("corrupt the row");
+    let error = store.get(&saga.biz_id).await.expect_err("unknown status");
+    assert_eq!(error.to_string(), "saga O-1:PAID: unknown status \"PROCESSING\" in the table");
+    let error = store.page("", 10).await.expect_err("listing sees it too");
+    assert!(error.to_string().contains("O-1:PAID"), "{error}");
+}
+both_engines!(bad_input_is_a_typed_error, bad_rows_are_typed_errors);
+
+async fn abandoned_scan_finds_only_abandoned(db: &TestDb) {
+    let store = &db.store;
+    let live = arrive(store, received(store, "O-1", 1).await, "c1", LEASE_MS).await;
+    let expired = arrive(store, received(store, "O-2", 2).await, "c1", 0).await;
+    let backing_off = arrive(store, received(store, "O-3", 3).await, "c1", LEASE_MS).await;
+    let backing_off = step(store, &backing_off, Observation::Nothing).await;
+    let now = store.now_ms().await.expect("clock");
+    let unreachable = Observation::Unreachable { step: Step::Wms, error: "timeout".into() };
+    let Plan::Write { change, .. } = plan(&backing_off, &unreachable, now, &Rules::default()) else { panic!() };
+    let backing_off =
+        store.write(&backing_off, &change, now, LEASE_MS, "test").await.expect("write").applied().expect("applied");
+    assert!(backing_off.next_attempt_at_ms > now && backing_off.attempts == 1);
+    let finished = arrive(store, received(store, "O-4", 4).await, "c1", LEASE_MS).await;
+    let finished = step(store, &finished, Observation::Nothing).await;
+    step(store, &finished, Observation::Wms(WmsAnswer::Rejected { reason: "none left".into() })).await;
+
+    let found: Vec<String> = store.abandoned(10).await.expect("scan").into_iter().map(|s| s.biz_id).collect();
+    assert_eq!(found, vec![expired.biz_id.clone()], "live {} / backing off / terminal are left alone", live.biz_id);
+    assert_eq!(
+        store.claim(&backing_off.biz_id, "r1", LEASE_MS, "r").await.expect("claim"),
+        Cas::Conflict,
+        "backoff respected"
+    );
+}
+both_engines!(abandoned_scan, abandoned_scan_finds_only_abandoned);
+
+async fn earlier_unfinished_saga_of_the_order_blocks(db: &TestDb) {
+    let store = &db.store;
+    let now = store.now_ms().await.expect("clock");
+    let first = Saga::received(
+        &event("O-7", "PAID"),
+        Source { topic: "orders".into(), partition: 0, offset: 10 },
+        now,
+        now + 600_000,
+    );
+    let second = Saga::received(
+        &event("O-7", "SHIPPED"),
+        Source { topic: "orders".into(), partition: 0, offset: 11 },
+        now,
+        now + 600_000,
+    );
+    let arrivals = store.insert_arrivals(&[first, second], "c1", LEASE_MS, "c1").await.expect("insert");
+    let (first, second) = (arrivals[0].saga().clone(), arrivals[1].saga().clone());
+    assert_eq!(store.earlier_unfinished(&second).await.expect("check"), Some(first.biz_id.clone()));
+    assert_eq!(store.earlier_unfinished(&first).await.expect("check"), None);
+    let first = step(store, &first, Observation::Nothing).await;
+    step(store, &first, Observation::Wms(WmsAnswer::Rejected { reason: "none".into() })).await;
+    assert_eq!(
+        store.earlier_unfinished(&second).await.expect("check"),
+        None,
+        "a terminal predecessor no longer blocks"
+    );
+}
+both_engines!(per_order_check, earlier_unfinished_saga_of_the_order_blocks);
+
+async fn tickets_are_one_per_step_and_carry_evidence(db: &TestDb) {
+    let store = &db.store;
+    let saga = arrive(store, received(store, "O-1", 1).await, "c1", LEASE_MS).await;
+    let saga = step(store, &saga, Observation::Nothing).await;
+    let saga = step(store, &saga, Observation::Wms(WmsAnswer::Locked)).await;
+    let saga =
+        step(store, &saga, Observation::Logistics(midflight_model::LogisticsAnswer::Rejected { reason: "XX".into() }))
+            .await;
+    assert_eq!(saga.status, Status::WmsReversing);
+    let irreversible = Observation::Wms(WmsAnswer::Irreversible { reason: "window passed".into() });
+    let review = step(store, &saga, irreversible.clone()).await;
+    assert_eq!(review.status, Status::ManualReview);
+    let tickets = store.tickets(Some(TicketState::Open), 10).await.expect("tickets");
+    assert_eq!(tickets.len(), 1);
+    let ticket = &tickets[0];
+    assert_eq!((ticket.biz_id.as_str(), ticket.step.as_str()), (saga.biz_id.as_str(), "WMS"));
+    assert_eq!(ticket.evidence["voucher"], serde_json::json!(saga.wms_voucher));
+    assert_eq!(ticket.evidence["saga"]["status"], "MANUAL_REVIEW");
+    assert!(ticket.evidence["transitions"].as_array().is_some_and(|log| log.len() >= 5), "{}", ticket.evidence);
+    assert!(ticket.evidence["answer"].as_str().is_some_and(|a| a.contains("window passed")));
+
+    // The operator sends it back to be retried; it fails the same way: the same ticket reopens.
+    let retried =
+        store.resolve(&saga.biz_id, review.version, Status::WmsReversing, "alice", "retry").await.expect("resolve");
+    let retried = retried.applied().expect("resolved");
+    assert_eq!(store.tickets(Some(TicketState::Open), 10).await.expect("tickets").len(), 0);
+    let retried =
+        store.claim(&retried.biz_id, "r1", LEASE_MS, "recovery:r1").await.expect("claim").applied().expect("claimable");
+    step(store, &retried, irreversible).await;
+    let all = store.tickets_of(&saga.biz_id).await.expect("tickets");
+    assert_eq!(all.len(), 1, "one ticket per (biz_id, step): {all:?}");
+    assert_eq!(all[0].state, TicketState::Open);
+    let log = store.transitions(&saga.biz_id).await.expect("log");
+    assert!(log.iter().any(|t| t.actor == "operator:alice"), "the operator's action is in the log");
+}
+both_engines!(manual_tickets, tickets_are_one_per_step_and_carry_evidence);
+
+async fn operator_is_refused_if_the_row_changed(db: &TestDb) {
+    let store = &db.store;
+    let saga = arrive(store, received(store, "O-1", 1).await, "c1", LEASE_MS).await;
+    let saga = step(store, &saga, Observation::Nothing).await;
+    // Not in MANUAL_REVIEW: operators cannot move it.
+    let error =
+        store.resolve(&saga.biz_id, saga.version, Status::Done, "bob", "done").await.expect_err("not reviewable");
+    assert!(matches!(error, Error::Model(_)), "{error:?}");
+    let now = store.now_ms().await.expect("clock");
+    let change = Change {
+        ticket: Some(TicketDraft { step: Step::Wms, reason: "look".into(), evidence: "none".into() }),
+        ..Change::to(&[Status::ManualReview], "test")
+    };
+    let review = store.write(&saga, &change, now, LEASE_MS, "test").await.expect("write").applied().expect("applied");
+    assert_eq!(
+        store.resolve(&saga.biz_id, review.version - 1, Status::Done, "bob", "x").await.expect("resolve"),
+        Cas::Conflict
+    );
+    let done = store
+        .resolve(&saga.biz_id, review.version, Status::RolledBack, "bob", "reversed by hand")
+        .await
+        .expect("resolve");
+    assert_eq!(done.applied().map(|s| s.status), Some(Status::RolledBack));
+}
+both_engines!(operator_resolution, operator_is_refused_if_the_row_changed);
+
+async fn outbox_claims_do_not_overlap(db: &TestDb) {
+    let store = &db.store;
+    for n in 0..5 {
+        let saga = arrive(store, received(store, &format!("O-{n}"), n).await, "c1", LEASE_MS).await;
+        let saga = step(store, &saga, Observation::Nothing).await;
+        let saga = step(store, &saga, Observation::Wms(WmsAnswer::Locked)).await;
+        step(
+            store,
+            &saga,
+            Observation::Logistics(midflight_model::LogisticsAnswer::Created { tracking_no: format!("T{n}") }),
+        )
+        .await;
+    }
+    let a = store.claim_outbox("relay-a", 3, 60_000).await.expect("claim");
+    let b = store.claim_outbox("relay-b", 10, 60_000).await.expect("claim");
+    assert_eq!((a.len(), b.len()), (3, 2));
+    assert!(a.iter().all(|m| b.iter().all(|n| n.biz_id != m.biz_id)), "claims are disjoint");
+    let payload: serde_json::Value = serde_json::from_str(&a[0].payload).expect("json");
+    assert_eq!(payload["kind"], "ORDER_SHIPPED");
+    let ids: Vec<String> = a.iter().map(|m| m.biz_id.clone()).collect();
+    assert_eq!(store.mark_published("relay-b", &ids).await.expect("mark"), 0, "only the claimant marks");
+    assert_eq!(store.mark_published("relay-a", &ids).await.expect("mark"), 3);
+    assert_eq!(store.outbox_pending().await.expect("pending"), 2);
+}
+both_engines!(outbox_relay_claims, outbox_claims_do_not_overlap);
+
+#[test]
+fn migration_comments_hold_no_semicolons() {
+    for (name, sql) in midflight_store::migration_files() {
+        for (number, line) in sql.lines().enumerate() {
+            if let Some((_, comment)) = line.split_once("--") {
+                assert!(!comment.contains(';'), "{name}:{}: ';' in a comment would split the statement", number + 1);
+            }
+        }
+        assert!(!midflight_store::migration_statements(sql).is_empty(), "{name} has statements");
+    }
+}
