@@ -26,3 +26,7 @@ pub mod faults {
         tonic::include_proto!("faults.v1");
     }
 }
+
+/// Domain-level clients of the downstreams: `midflight_model` types in, `Observation`s out.
+#[cfg(feature = "client")]
+pub mod client;

@@ -1,0 +1,313 @@
+//! The saga driver's view of the downstreams: a [`Call`] on a [`Saga`] in, an [`Observation`]
+//! out. This is where prost types become domain types, so nothing outside this crate sees them.
+//!
+//! The mapping is where "outcome unknown" is decided, so it is deliberately conservative: only
+//! an answer in the response body is a definitive answer; every gRPC error (timeout,
+//! unavailable, internal, unauthenticated...) is [`Observation::Unreachable`], to be resolved by
+//! asking again with the same request id. The one exception is INVALID_ARGUMENT to a request
+//! that would have had an effect: a careful downstream validates before applying, so it is a
+//! definitive rejection of this order (an unknown SKU, say) and nothing was applied.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use midflight_config::GrpcClientSection;
+use midflight_model::{Call, LogisticsAnswer, Observation, Saga, Step, WmsAnswer};
+use tokio::sync::Semaphore;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Request, Status};
+
+use crate::logistics::v1 as lgx;
+use crate::logistics::v1::logistics_client::LogisticsClient;
+use crate::wms::v1 as wms;
+use crate::wms::v1::wms_client::WmsClient;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid endpoint {endpoint:?}: {source}")]
+    Endpoint { endpoint: String, source: tonic::transport::Error },
+    #[error("{downstream} {method} failed: {status}")]
+    Call { downstream: &'static str, method: &'static str, status: Status },
+}
+
+/// One entry of a downstream's ledger, for reconciliation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerEntry {
+    pub seq: u64,
+    pub kind: LedgerKind,
+    pub request_id: String,
+    pub order_no: String,
+    /// The downstream's own id: WMS lock id or tracking number.
+    pub effect_id: String,
+    pub at_ms: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LedgerKind {
+    /// WMS lock or shipment creation: an effect.
+    Apply,
+    Reject,
+    /// WMS reversal or shipment cancellation: the effect undone.
+    Undo,
+    Tombstone,
+}
+
+/// Clients of both downstreams, with a bound on calls in flight to each.
+#[derive(Debug, Clone)]
+pub struct Downstreams {
+    wms: Side<WmsClient<Channel>>,
+    logistics: Side<LogisticsClient<Channel>>,
+}
+
+#[derive(Debug, Clone)]
+struct Side<C> {
+    client: C,
+    token: Option<String>,
+    permits: Arc<Semaphore>,
+}
+
+impl Downstreams {
+    /// Clients that connect on first use, so a service starts before its downstreams do.
+    pub fn connect_lazy(wms: &GrpcClientSection, logistics: &GrpcClientSection) -> Result<Downstreams, Error> {
+        Ok(Downstreams {
+            wms: Side::new(WmsClient::new(channel(wms)?), wms),
+            logistics: Side::new(LogisticsClient::new(channel(logistics)?), logistics),
+        })
+    }
+
+    /// Makes `call` for `saga` with its stored request id and voucher, within `timeout`.
+    pub async fn call(&self, call: Call, saga: &Saga, timeout: Duration) -> Observation {
+        let step = call.step();
+        let outcome = match call {
+            Call::LockStock => self.lock_stock(saga, timeout).await.map(Observation::Wms),
+            Call::QueryLock => self.query_lock(saga, timeout).await.map(Observation::Wms),
+            Call::ReverseLock => self.reverse_lock(saga, timeout).await.map(Observation::Wms),
+            Call::CreateShipment => self.create_shipment(saga, timeout).await.map(Observation::Logistics),
+            Call::QueryShipment => self.query_shipment(saga, timeout).await.map(Observation::Logistics),
+            Call::CancelShipment => self.cancel_shipment(saga, timeout).await.map(Observation::Logistics),
+        };
+        outcome.unwrap_or_else(|status| {
+            let rejected = status.code() == Code::InvalidArgument;
+            match (call, rejected) {
+                (Call::LockStock, true) => Observation::Wms(WmsAnswer::Rejected { reason: status.message().to_owned() }),
+                (Call::CreateShipment, true) => {
+                    Observation::Logistics(LogisticsAnswer::Rejected { reason: status.message().to_owned() })
+                }
+                _ => Observation::Unreachable { step, error: describe(&status) },
+            }
+        })
+    }
+
+    async fn lock_stock(&self, saga: &Saga, timeout: Duration) -> Result<WmsAnswer, Status> {
+        let order = saga.order().map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let message = wms::LockStockRequest {
+            request_id: saga.request_id(Step::Wms),
+            order_no: saga.order_no.clone(),
+            lines: order.lines.iter().map(|l| wms::SkuLine { sku: l.sku.clone(), quantity: l.quantity }).collect(),
+            reversal_voucher: saga.voucher(Step::Wms),
+        };
+        let request = self.wms.request(message, saga, timeout);
+        let _permit = self.wms.permit().await?;
+        let response = bounded(timeout, self.wms.client.clone().lock_stock(request)).await?;
+        lock_answer(response.state(), response.reason)
+    }
+
+    async fn query_lock(&self, saga: &Saga, timeout: Duration) -> Result<WmsAnswer, Status> {
+        let request = self.wms.request(wms::QueryLockRequest { request_id: saga.request_id(Step::Wms) }, saga, timeout);
+        let _permit = self.wms.permit().await?;
+        let response = bounded(timeout, self.wms.client.clone().query_lock(request)).await?;
+        lock_answer(response.state(), response.reason)
+    }
+
+    async fn reverse_lock(&self, saga: &Saga, timeout: Duration) -> Result<WmsAnswer, Status> {
+        let message = wms::ReverseLockRequest {
+            request_id: saga.request_id(Step::Wms),
+            reversal_voucher: saga.voucher(Step::Wms),
+            order_no: saga.order_no.clone(),
+        };
+        let request = self.wms.request(message, saga, timeout);
+        let _permit = self.wms.permit().await?;
+        let response = bounded(timeout, self.wms.client.clone().reverse_lock(request)).await?;
+        Ok(match response.result() {
+            wms::ReverseResult::Reversed => WmsAnswer::Reversed,
+            wms::ReverseResult::Tombstoned => WmsAnswer::Tombstoned,
+            wms::ReverseResult::NothingToReverse => WmsAnswer::NothingToReverse,
+            wms::ReverseResult::Irreversible => WmsAnswer::Irreversible { reason: response.reason },
+            wms::ReverseResult::VoucherMismatch => WmsAnswer::VoucherMismatch,
+            wms::ReverseResult::Unspecified => return Err(Status::internal("wms answered without a reverse result")),
+        })
+    }
+
+    async fn create_shipment(&self, saga: &Saga, timeout: Duration) -> Result<LogisticsAnswer, Status> {
+        let order = saga.order().map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let message = lgx::CreateShipmentRequest {
+            request_id: saga.request_id(Step::Logistics),
+            order_no: saga.order_no.clone(),
+            address: Some(lgx::Address {
+                region: order.address.region,
+                city: order.address.city,
+                line: order.address.line,
+                postal_code: order.address.postal_code,
+            }),
+            cancel_voucher: saga.voucher(Step::Logistics),
+        };
+        let request = self.logistics.request(message, saga, timeout);
+        let _permit = self.logistics.permit().await?;
+        let response = bounded(timeout, self.logistics.client.clone().create_shipment(request)).await?;
+        shipment_answer(response)
+    }
+
+    async fn query_shipment(&self, saga: &Saga, timeout: Duration) -> Result<LogisticsAnswer, Status> {
+        let message = lgx::QueryShipmentRequest { request_id: saga.request_id(Step::Logistics) };
+        let request = self.logistics.request(message, saga, timeout);
+        let _permit = self.logistics.permit().await?;
+        let response = bounded(timeout, self.logistics.client.clone().query_shipment(request)).await?;
+        shipment_answer(response)
+    }
+
+    async fn cancel_shipment(&self, saga: &Saga, timeout: Duration) -> Result<LogisticsAnswer, Status> {
+        let message = lgx::CancelShipmentRequest {
+            request_id: saga.request_id(Step::Logistics),
+            cancel_voucher: saga.voucher(Step::Logistics),
+            order_no: saga.order_no.clone(),
+        };
+        let request = self.logistics.request(message, saga, timeout);
+        let _permit = self.logistics.permit().await?;
+        let response = bounded(timeout, self.logistics.client.clone().cancel_shipment(request)).await?;
+        Ok(match response.result() {
+            lgx::CancelResult::Cancelled => LogisticsAnswer::Cancelled,
+            lgx::CancelResult::Tombstoned => LogisticsAnswer::Tombstoned,
+            lgx::CancelResult::NothingToCancel => LogisticsAnswer::NothingToCancel,
+            lgx::CancelResult::Irreversible => LogisticsAnswer::Irreversible { tracking_no: response.tracking_no },
+            lgx::CancelResult::VoucherMismatch => LogisticsAnswer::VoucherMismatch,
+            lgx::CancelResult::Unspecified => return Err(Status::internal("logistics answered without a cancel result")),
+        })
+    }
+
+    /// A page of the WMS ledger after `cursor`; the second value is the next cursor.
+    pub async fn wms_ledger(&self, cursor: u64, limit: u32, timeout: Duration) -> Result<(Vec<LedgerEntry>, u64), Error> {
+        let request = self.wms.plain_request(wms::ListLedgerRequest { cursor, limit }, timeout);
+        let response = bounded(timeout, self.wms.client.clone().list_ledger(request))
+            .await
+            .map_err(|status| Error::Call { downstream: "wms", method: "ListLedger", status })?;
+        let entries = response
+            .entries
+            .into_iter()
+            .map(|e| LedgerEntry {
+                seq: e.seq,
+                kind: match e.kind() {
+                    wms::LedgerKind::Lock => LedgerKind::Apply,
+                    wms::LedgerKind::Reject => LedgerKind::Reject,
+                    wms::LedgerKind::Reverse => LedgerKind::Undo,
+                    wms::LedgerKind::Tombstone | wms::LedgerKind::Unspecified => LedgerKind::Tombstone,
+                },
+                request_id: e.request_id,
+                order_no: e.order_no,
+                effect_id: e.lock_id,
+                at_ms: e.at_ms,
+            })
+            .collect();
+        Ok((entries, response.next_cursor))
+    }
+
+    /// A page of the logistics ledger after `cursor`; the second value is the next cursor.
+    pub async fn logistics_ledger(&self, cursor: u64, limit: u32, timeout: Duration) -> Result<(Vec<LedgerEntry>, u64), Error> {
+        let request = self.logistics.plain_request(lgx::ListLedgerRequest { cursor, limit }, timeout);
+        let response = bounded(timeout, self.logistics.client.clone().list_ledger(request))
+            .await
+            .map_err(|status| Error::Call { downstream: "logistics", method: "ListLedger", status })?;
+        let entries = response
+            .entries
+            .into_iter()
+            .map(|e| LedgerEntry {
+                seq: e.seq,
+                kind: match e.kind() {
+                    lgx::LedgerKind::Create => LedgerKind::Apply,
+                    lgx::LedgerKind::Reject => LedgerKind::Reject,
+                    lgx::LedgerKind::Cancel => LedgerKind::Undo,
+                    lgx::LedgerKind::Tombstone | lgx::LedgerKind::Unspecified => LedgerKind::Tombstone,
+                },
+                request_id: e.request_id,
+                order_no: e.order_no,
+                effect_id: e.tracking_no,
+                at_ms: e.at_ms,
+            })
+            .collect();
+        Ok((entries, response.next_cursor))
+    }
+}
+
+impl<C> Side<C> {
+    fn new(client: C, section: &GrpcClientSection) -> Side<C> {
+        Side { client, token: section.bearer_token.clone(), permits: Arc::new(Semaphore::new(section.concurrency_limit)) }
+    }
+
+    async fn permit(&self) -> Result<tokio::sync::SemaphorePermit<'_>, Status> {
+        self.permits.acquire().await.map_err(|_| Status::cancelled("client is shutting down"))
+    }
+
+    /// A request carrying the deadline, the bearer token and the saga's trace context.
+    fn request<T>(&self, message: T, saga: &Saga, timeout: Duration) -> Request<T> {
+        let mut request = self.plain_request(message, timeout);
+        if let Some(traceparent) = saga.trace_context.as_deref().and_then(|t| t.parse().ok()) {
+            request.metadata_mut().insert("traceparent", traceparent);
+        }
+        request
+    }
+
+    fn plain_request<T>(&self, message: T, timeout: Duration) -> Request<T> {
+        let mut request = Request::new(message);
+        request.set_timeout(timeout);
+        if let Some(value) = self.token.as_deref().and_then(|t| format!("Bearer {t}").parse().ok()) {
+            request.metadata_mut().insert("authorization", value);
+        }
+        request
+    }
+}
+
+fn channel(section: &GrpcClientSection) -> Result<Channel, Error> {
+    let endpoint = Endpoint::from_shared(section.endpoint.clone())
+        .map_err(|source| Error::Endpoint { endpoint: section.endpoint.clone(), source })?
+        .connect_timeout(Duration::from_millis(section.connect_timeout_ms))
+        .timeout(Duration::from_millis(section.request_timeout_ms))
+        .tcp_nodelay(true);
+    Ok(endpoint.connect_lazy())
+}
+
+/// The call, cut off at `timeout` even if the transport does not enforce the deadline itself.
+async fn bounded<T>(
+    timeout: Duration,
+    call: impl std::future::Future<Output = Result<tonic::Response<T>, Status>>,
+) -> Result<T, Status> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(result) => result.map(tonic::Response::into_inner),
+        Err(_) => Err(Status::deadline_exceeded(format!("no answer within {} ms", timeout.as_millis()))),
+    }
+}
+
+fn lock_answer(state: wms::LockState, reason: String) -> Result<WmsAnswer, Status> {
+    Ok(match state {
+        wms::LockState::Locked => WmsAnswer::Locked,
+        wms::LockState::Rejected => WmsAnswer::Rejected { reason },
+        wms::LockState::Reversed => WmsAnswer::Reversed,
+        wms::LockState::Tombstoned => WmsAnswer::Tombstoned,
+        wms::LockState::NotFound => WmsAnswer::NotFound,
+        // An answer without a state is not an answer: treat it like no answer at all.
+        wms::LockState::Unspecified => return Err(Status::internal("wms answered without a lock state")),
+    })
+}
+
+fn shipment_answer(response: lgx::ShipmentResponse) -> Result<LogisticsAnswer, Status> {
+    Ok(match response.state() {
+        lgx::ShipmentState::Created => LogisticsAnswer::Created { tracking_no: response.tracking_no },
+        lgx::ShipmentState::Rejected => LogisticsAnswer::Rejected { reason: response.reason },
+        lgx::ShipmentState::Cancelled => LogisticsAnswer::Cancelled,
+        lgx::ShipmentState::Tombstoned => LogisticsAnswer::Tombstoned,
+        lgx::ShipmentState::NotFound => LogisticsAnswer::NotFound,
+        lgx::ShipmentState::Unspecified => return Err(Status::internal("logistics answered without a state")),
+    })
+}
+
+fn describe(status: &Status) -> String {
+    format!("{:?}: {}", status.code(), status.message())
+}
