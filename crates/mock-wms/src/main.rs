@@ -35,32 +35,6 @@ async fn main() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&config.server.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.server.listen))?;
-    midflight_mock_wms::run(config, listener, shutdown_signal()).await?;
+    midflight_mock_wms::run(config, listener, midflight_mock::server::shutdown_signal()).await?;
     Ok(())
-}
-
-/// Completes on Ctrl-C or SIGTERM, whichever comes first.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(error) = tokio::signal::ctrl_c().await {
-            tracing::warn!(%error, "cannot listen for ctrl-c");
-            std::future::pending::<()>().await;
-        }
-    };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut term) => {
-                term.recv().await;
-            }
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for sigterm");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
-    }
-    tracing::info!("shutdown requested");
 }

@@ -49,3 +49,30 @@ pub async fn serve(
     tracing::info!(%local_addr, "stopped");
     Ok(())
 }
+
+/// Completes on Ctrl-C or SIGTERM, whichever comes first: the shutdown signal of the mock
+/// binaries.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::warn!(%error, "cannot listen for ctrl-c");
+            std::future::pending::<()>().await;
+        }
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for sigterm");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutdown requested");
+}
