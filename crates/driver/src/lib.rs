@@ -1,0 +1,245 @@
+//! The one resume routine. The consumer (for fresh messages and expired rows it re-receives)
+//! and the recovery worker (for abandoned rows it finds) both hand a leased saga to
+//! [`Driver::drive`]; there is no second copy of the rules anywhere.
+//!
+//! The loop: ask the planner, write its change with a CAS, make the call it names, feed the
+//! answer back to the planner. A lost CAS stops the loop at once: no further call is made by
+//! a driver that no longer owns the saga. The lease is renewed before any call that could
+//! outlive it, and every call's deadline is shorter than the lease.
+//!
+//! Architecture invariant: no database connection or row lock is held while a downstream call
+//! is in flight; the store is used between calls only.
+
+mod downstream;
+mod settings;
+
+use std::time::{Duration, Instant};
+
+use midflight_model::{Call, Observation, Plan, Rules, Saga, Status, plan};
+use midflight_store::{Cas, Store};
+use tokio_util::sync::CancellationToken;
+
+pub use downstream::Downstream;
+pub use settings::DriverSettings;
+
+/// Most downstream calls in a row without a write in between. The planner always writes after
+/// a definitive answer; a longer run means a downstream answering nonsense, which is then
+/// treated like no answer (counted, backed off, eventually a ticket).
+const CALLS_WITHOUT_WRITE_MAX: u32 = 4;
+
+/// How a drive ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The saga reached a terminal status.
+    Finished(Status),
+    /// A CAS failed: someone else owns the saga now. Nothing more was sent.
+    Lost,
+    /// The saga waits (backoff after an unreachable downstream, or an earlier saga of its order);
+    /// the lease was released and whoever comes later resumes it.
+    HandedOff,
+    /// Shutdown was requested; the saga is at a durable point and its lease released.
+    Stopped,
+    /// The store failed; the lease will expire and recovery will resume the saga.
+    Failed(midflight_store::Error),
+}
+
+/// Drives sagas for one owner (a process incarnation).
+#[derive(Debug, Clone)]
+pub struct Driver<D> {
+    store: Store,
+    downstream: D,
+    rules: Rules,
+    settings: DriverSettings,
+    owner: String,
+    actor: String,
+    shutdown: CancellationToken,
+}
+
+/// Per-drive state: the row as last written, and how long our lease surely lasts.
+struct Held {
+    saga: Saga,
+    lease_valid_until: Instant,
+}
+
+impl<D: Downstream> Driver<D> {
+    /// `owner` must be unique per process incarnation; `actor` names it in the transition log.
+    pub fn new(
+        store: Store,
+        downstream: D,
+        rules: Rules,
+        settings: DriverSettings,
+        owner: String,
+        actor: String,
+        shutdown: CancellationToken,
+    ) -> Driver<D> {
+        Driver { store, downstream, rules, settings, owner, actor, shutdown }
+    }
+
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn settings(&self) -> &DriverSettings {
+        &self.settings
+    }
+
+    /// The biz_id of an earlier unfinished saga of the same order, if `saga` must wait for it.
+    /// Only a saga that has not started can be made to wait: once started, its predecessors
+    /// were already finished (terminal states are final for automation).
+    pub async fn blocked_by(&self, saga: &Saga) -> Result<Option<String>, midflight_store::Error> {
+        if saga.status != Status::Received {
+            return Ok(None);
+        }
+        self.store.earlier_unfinished(saga).await
+    }
+
+    /// Takes over an abandoned saga and drives it; `None` if someone else won the claim.
+    pub async fn claim_and_drive(&self, biz_id: &str) -> Option<Outcome> {
+        let started = Instant::now();
+        match self.store.claim(biz_id, &self.owner, self.settings.lease_ms, &self.actor).await {
+            Ok(Cas::Applied(saga)) => {
+                tracing::info!(biz_id, status = %saga.status, epoch = saga.lease.epoch, "saga taken over");
+                Some(self.drive(saga, started).await)
+            }
+            Ok(Cas::Conflict) => None,
+            Err(error) => Some(Outcome::Failed(error)),
+        }
+    }
+
+    /// Drives a saga the caller holds (fresh from the inbox or just claimed) until it finishes,
+    /// is lost, handed off or stopped. `leased_at` is when the write that gave the lease was sent.
+    pub async fn drive(&self, saga: Saga, leased_at: Instant) -> Outcome {
+        let lease_valid_until = leased_at + self.settings.lease();
+        let mut held = Held { saga, lease_valid_until };
+        match self.run(&mut held).await {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                tracing::warn!(biz_id = %held.saga.biz_id, status = %held.saga.status, %error, "saga drive failed; the lease will expire");
+                Outcome::Failed(error)
+            }
+        }
+    }
+
+    async fn run(&self, held: &mut Held) -> Result<Outcome, midflight_store::Error> {
+        if let Some(earlier) = self.blocked_by(&held.saga).await? {
+            tracing::debug!(biz_id = %held.saga.biz_id, earlier, "waiting for an earlier saga of the order");
+            return self.release(held).await.map(|_| Outcome::HandedOff);
+        }
+        let mut observation = Observation::Nothing;
+        let mut calls_without_write = 0;
+        loop {
+            let now_ms = self.store.now_ms().await?;
+            match plan(&held.saga, &observation, now_ms, &self.rules) {
+                Plan::Finished => return Ok(Outcome::Finished(held.saga.status)),
+                Plan::Write { change, then } => {
+                    let sent = Instant::now();
+                    let before = held.saga.status;
+                    match self.store.write(&held.saga, &change, now_ms, self.settings.lease_ms, &self.actor).await? {
+                        Cas::Conflict => {
+                            tracing::info!(biz_id = %held.saga.biz_id, status = %before, "lost the saga to another owner; stopping");
+                            return Ok(Outcome::Lost);
+                        }
+                        Cas::Applied(next) => {
+                            log_write(&held.saga, &next, &change.reason);
+                            held.saga = next;
+                            held.lease_valid_until = sent + self.settings.lease();
+                        }
+                    }
+                    calls_without_write = 0;
+                    if change.release_lease {
+                        return Ok(Outcome::HandedOff);
+                    }
+                    observation = match then {
+                        Some(call) => match self.call(held, call).await? {
+                            Some(observation) => observation,
+                            None => return Ok(self.stop_outcome()),
+                        },
+                        None => Observation::Nothing,
+                    };
+                }
+                Plan::Call(call) => {
+                    calls_without_write += 1;
+                    if calls_without_write > CALLS_WITHOUT_WRITE_MAX {
+                        let error = format!("{} calls without a definitive answer", calls_without_write - 1);
+                        observation = Observation::Unreachable { step: call.step(), error };
+                        continue;
+                    }
+                    observation = match self.call(held, call).await? {
+                        Some(observation) => observation,
+                        None => return Ok(self.stop_outcome()),
+                    };
+                }
+            }
+        }
+    }
+
+    /// Makes `call`, renewing the lease first if the call could outlive it. `None` when the
+    /// driver must stop instead (shutdown, or the lease was lost on renewal).
+    async fn call(&self, held: &mut Held, call: Call) -> Result<Option<Observation>, midflight_store::Error> {
+        debug_assert_eq!(call.intent(), held.saga.status, "a call is only made in its intent state");
+        if self.shutdown.is_cancelled() {
+            self.release(held).await?;
+            return Ok(None);
+        }
+        let needed = self.settings.rpc_timeout() + self.settings.lease_margin();
+        if Instant::now() + needed >= held.lease_valid_until {
+            let sent = Instant::now();
+            match self.store.renew(&held.saga, self.settings.lease_ms).await? {
+                Cas::Applied(next) => {
+                    held.saga = next;
+                    held.lease_valid_until = sent + self.settings.lease();
+                }
+                Cas::Conflict => {
+                    tracing::info!(biz_id = %held.saga.biz_id, "lease lost before the call; not sending");
+                    return Ok(None);
+                }
+            }
+        }
+        let started = Instant::now();
+        let observation = self.downstream.call(call, &held.saga, self.settings.rpc_timeout()).await;
+        tracing::debug!(
+            biz_id = %held.saga.biz_id,
+            call = call.name(),
+            answer = %observation.label(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "downstream answered"
+        );
+        Ok(Some(observation))
+    }
+
+    async fn release(&self, held: &mut Held) -> Result<(), midflight_store::Error> {
+        if let Cas::Applied(next) = self.store.release(&held.saga).await? {
+            held.saga = next;
+        }
+        Ok(())
+    }
+
+    fn stop_outcome(&self) -> Outcome {
+        if self.shutdown.is_cancelled() { Outcome::Stopped } else { Outcome::Lost }
+    }
+}
+
+fn log_write(before: &Saga, after: &Saga, reason: &str) {
+    if before.status != after.status {
+        tracing::debug!(
+            biz_id = %after.biz_id,
+            from = %before.status,
+            to = %after.status,
+            version = after.version,
+            epoch = after.lease.epoch,
+            reason,
+            "saga transition"
+        );
+    } else if let Some(error) = &after.last_error {
+        tracing::info!(biz_id = %after.biz_id, status = %after.status, attempts = after.attempts, error, "saga backing off");
+    }
+}
+
+/// Helper for callers that wait on a duration derived from settings.
+pub fn millis(ms: i64) -> Duration {
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
