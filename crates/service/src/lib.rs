@@ -1,0 +1,142 @@
+//! What every midflight binary does around its service: parse the common flags, load the
+//! configuration through the one layered loader, set up telemetry, turn SIGINT/SIGTERM into a
+//! cancellation, run the service, and report a failure as one clear line and a non-zero exit.
+//!
+//! A binary's `main.rs` is then a few lines:
+//!
+//! ```ignore
+//! fn main() -> std::process::ExitCode {
+//!     midflight_service::main("midflight-consumer", |config: ConsumerConfig, shutdown| {
+//!         midflight_consumer::run(config, shutdown)
+//!     })
+//! }
+//! ```
+
+mod telemetry;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use midflight_config::Sources;
+pub use midflight_config::Config;
+use tokio_util::sync::CancellationToken;
+
+pub use telemetry::{Telemetry, init_telemetry};
+
+/// A service's configuration: loadable by the one loader, and carrying a telemetry section.
+pub trait ServiceConfig: Config {
+    fn telemetry(&self) -> &midflight_config::TelemetrySection;
+}
+
+/// The flags every midflight binary takes.
+#[derive(Debug, Clone, Parser)]
+pub struct Args {
+    /// TOML configuration file (optional: every setting has a documented default).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Override one setting, e.g. `--set database.url=mysql://...` (repeatable; wins over file and environment).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Print the configuration in force (defaults, file, environment and flags applied) and exit.
+    #[arg(long)]
+    pub print_config: bool,
+}
+
+/// Why a service stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Config(#[from] midflight_config::Error),
+    #[error("telemetry: {0}")]
+    Telemetry(String),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// Runs a service: flags, config, telemetry, signals, then `run(config, shutdown)`.
+/// The exit code is 0 when the service returns `Ok`, 1 otherwise (after printing the error).
+pub fn main<C, F, Fut, E>(service: &'static str, run: F) -> ExitCode
+where
+    C: ServiceConfig,
+    F: FnOnce(C, CancellationToken) -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    let args = Args::parse();
+    let config: C = match midflight_config::load(&Sources::from_process(args.config.clone(), args.set.clone())) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("{service}: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.print_config {
+        print!("{}", midflight_config::to_toml(&config));
+        return ExitCode::SUCCESS;
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("{service}: {}", Error::Runtime(error));
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let _telemetry = match init_telemetry(service, config.telemetry()) {
+            Ok(guard) => guard,
+            Err(error) => {
+                eprintln!("{service}: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let shutdown = shutdown_on_signals();
+        tracing::info!(service, "starting");
+        match run(config, shutdown).await {
+            Ok(()) => {
+                tracing::info!(service, "stopped");
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                tracing::error!(service, %error, "stopped with an error");
+                eprintln!("{service}: {error}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+/// A token cancelled on the first SIGINT or SIGTERM.
+pub fn shutdown_on_signals() -> CancellationToken {
+    let token = CancellationToken::new();
+    let cancel = token.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutdown requested");
+        cancel.cancel();
+    });
+    token
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                tokio::signal::ctrl_c().await.ok();
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c().await.ok();
+    }
+}
