@@ -89,7 +89,9 @@ impl Downstreams {
         outcome.unwrap_or_else(|status| {
             let rejected = status.code() == Code::InvalidArgument;
             match (call, rejected) {
-                (Call::LockStock, true) => Observation::Wms(WmsAnswer::Rejected { reason: status.message().to_owned() }),
+                (Call::LockStock, true) => {
+                    Observation::Wms(WmsAnswer::Rejected { reason: status.message().to_owned() })
+                }
                 (Call::CreateShipment, true) => {
                     Observation::Logistics(LogisticsAnswer::Rejected { reason: status.message().to_owned() })
                 }
@@ -180,12 +182,19 @@ impl Downstreams {
             lgx::CancelResult::NothingToCancel => LogisticsAnswer::NothingToCancel,
             lgx::CancelResult::Irreversible => LogisticsAnswer::Irreversible { tracking_no: response.tracking_no },
             lgx::CancelResult::VoucherMismatch => LogisticsAnswer::VoucherMismatch,
-            lgx::CancelResult::Unspecified => return Err(Status::internal("logistics answered without a cancel result")),
+            lgx::CancelResult::Unspecified => {
+                return Err(Status::internal("logistics answered without a cancel result"));
+            }
         })
     }
 
     /// A page of the WMS ledger after `cursor`; the second value is the next cursor.
-    pub async fn wms_ledger(&self, cursor: u64, limit: u32, timeout: Duration) -> Result<(Vec<LedgerEntry>, u64), Error> {
+    pub async fn wms_ledger(
+        &self,
+        cursor: u64,
+        limit: u32,
+        timeout: Duration,
+    ) -> Result<(Vec<LedgerEntry>, u64), Error> {
         let request = self.wms.plain_request(wms::ListLedgerRequest { cursor, limit }, timeout);
         let response = bounded(timeout, self.wms.client.clone().list_ledger(request))
             .await
@@ -211,7 +220,12 @@ impl Downstreams {
     }
 
     /// A page of the logistics ledger after `cursor`; the second value is the next cursor.
-    pub async fn logistics_ledger(&self, cursor: u64, limit: u32, timeout: Duration) -> Result<(Vec<LedgerEntry>, u64), Error> {
+    pub async fn logistics_ledger(
+        &self,
+        cursor: u64,
+        limit: u32,
+        timeout: Duration,
+    ) -> Result<(Vec<LedgerEntry>, u64), Error> {
         let request = self.logistics.plain_request(lgx::ListLedgerRequest { cursor, limit }, timeout);
         let response = bounded(timeout, self.logistics.client.clone().list_ledger(request))
             .await
@@ -239,7 +253,11 @@ impl Downstreams {
 
 impl<C> Side<C> {
     fn new(client: C, section: &GrpcClientSection) -> Side<C> {
-        Side { client, token: section.bearer_token.clone(), permits: Arc::new(Semaphore::new(section.concurrency_limit)) }
+        Side {
+            client,
+            token: section.bearer_token.clone(),
+            permits: Arc::new(Semaphore::new(section.concurrency_limit)),
+        }
     }
 
     async fn permit(&self) -> Result<tokio::sync::SemaphorePermit<'_>, Status> {
