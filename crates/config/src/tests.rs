@@ -1,3 +1,5 @@
+//! The loader's layering, typing and error reporting.
+
 use serde::{Deserialize, Serialize};
 
 use super::*;
