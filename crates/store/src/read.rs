@@ -129,6 +129,42 @@ impl Store {
         rows.into_iter().map(to_transition).collect()
     }
 
+    /// The whole transition log in (biz_id, version) order, a page at a time (for the checker).
+    pub async fn transitions_page(&self, after: Option<(&str, u64)>, limit: u64) -> Result<Vec<Transition>, Error> {
+        use sea_orm::Condition;
+        let mut query = saga_transition::Entity::find()
+            .order_by_asc(saga_transition::Column::BizId)
+            .order_by_asc(saga_transition::Column::Version)
+            .limit(limit);
+        if let Some((biz_id, version)) = after {
+            let version = i64::try_from(version).unwrap_or(i64::MAX);
+            query = query.filter(
+                Condition::any().add(saga_transition::Column::BizId.gt(biz_id)).add(
+                    Condition::all()
+                        .add(saga_transition::Column::BizId.eq(biz_id))
+                        .add(saga_transition::Column::Version.gt(version)),
+                ),
+            );
+        }
+        let rows = query.all(&self.db).await.during("page through the transition log", None)?;
+        rows.into_iter().map(to_transition).collect()
+    }
+
+    /// Business rows in biz_id order, a page at a time (for the checker).
+    pub async fn orders_page(&self, after_biz_id: &str, limit: u64) -> Result<Vec<OrderRow>, Error> {
+        let rows = orders::Entity::find()
+            .filter(orders::Column::BizId.gt(after_biz_id))
+            .order_by_asc(orders::Column::BizId)
+            .limit(limit)
+            .all(&self.db)
+            .await
+            .during("page through orders", None)?;
+        Ok(rows
+            .into_iter()
+            .map(|r| OrderRow { biz_id: r.biz_id, order_no: r.order_no, status: r.status, tracking_no: r.tracking_no })
+            .collect())
+    }
+
     /// Number of takeovers recorded across all sagas.
     pub async fn takeover_count(&self) -> Result<u64, Error> {
         use sea_orm::PaginatorTrait;

@@ -1,0 +1,221 @@
+//! The six invariants of DESIGN.md, one function each, each adding violations to the report.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use midflight_model::{Saga, Status, Step, request_id};
+use midflight_store::{TicketState, Transition};
+
+use crate::effects::{Effects, replay};
+use crate::{Expected, Report, Snapshot, Violation};
+
+/// Both ledgers replayed.
+pub struct LedgerEffects {
+    pub wms: Effects,
+    pub logistics: Effects,
+}
+
+fn violation(report: &mut Report, invariant: &'static str, biz_id: &str, message: String, evidence: String) {
+    report.violations.push(Violation { invariant, biz_id: biz_id.to_owned(), message, evidence });
+}
+
+/// I1: for each biz_id at most one lock and one shipment in force; for each order no more
+/// effects than it has sagas; no effect applied after its tombstone.
+pub fn at_most_once(snapshot: &Snapshot, expected: &Expected, report: &mut Report) -> LedgerEffects {
+    let effects = LedgerEffects { wms: replay(&snapshot.wms_ledger), logistics: replay(&snapshot.logistics_ledger) };
+    let mut sagas_per_order: BTreeMap<&str, usize> = BTreeMap::new();
+    for biz_id in &expected.orders {
+        let order_no = biz_id.split_once(':').map_or(biz_id.as_str(), |(order, _)| order);
+        *sagas_per_order.entry(order_no).or_default() += 1;
+    }
+    for (name, step, ledger) in
+        [("wms lock", Step::Wms, &effects.wms), ("shipment", Step::Logistics, &effects.logistics)]
+    {
+        for biz_id in &expected.orders {
+            let request = request_id(biz_id, step);
+            let count = ledger.in_force(&request);
+            if count > 1 {
+                report.duplicate_effects += count - 1;
+                let evidence = format!("{request}: {:?}", ledger.by_request.get(&request));
+                violation(report, "I1", biz_id, format!("{count} {name}s in force under one request id"), evidence);
+            }
+        }
+        for (order_no, ids) in &ledger.by_order {
+            let allowed = sagas_per_order.get(order_no.as_str()).copied().unwrap_or(0);
+            // Repeats under one of our request ids were counted above; count only the rest
+            // (effects under keys we never sent, as the legacy WMS makes up).
+            let counted: usize = expected
+                .orders
+                .iter()
+                .filter(|b| b.split_once(':').is_some_and(|(o, _)| o == order_no))
+                .map(|b| ledger.in_force(&request_id(b, step)).saturating_sub(1))
+                .sum();
+            let excess = ids.len().saturating_sub(allowed).saturating_sub(counted);
+            if excess > 0 {
+                report.duplicate_effects += excess;
+                let message = format!("{} {name}s in force for an order with {allowed} saga(s)", ids.len());
+                violation(report, "I1", order_no, message, format!("effects {ids:?}"));
+            }
+        }
+        for request in &ledger.applied_after_tombstone {
+            violation(report, "I4", request, format!("{name} applied after its tombstone"), request.clone());
+        }
+    }
+    effects
+}
+
+/// I2: every accepted message has a row in a terminal state; MANUAL_REVIEW has an open ticket;
+/// PARKED keeps its error.
+pub fn nothing_lost(snapshot: &Snapshot, expected: &Expected, report: &mut Report) {
+    let rows: BTreeMap<&str, &Saga> = snapshot.sagas.iter().map(|s| (s.biz_id.as_str(), s)).collect();
+    let open_tickets: BTreeSet<&str> =
+        snapshot.tickets.iter().filter(|t| t.state == TicketState::Open).map(|t| t.biz_id.as_str()).collect();
+    for biz_id in expected.orders.iter().chain(&expected.poison) {
+        match rows.get(biz_id.as_str()) {
+            None => {
+                report.lost += 1;
+                violation(report, "I2", biz_id, "accepted message has no saga row".into(), "no row".into());
+            }
+            Some(saga) if !saga.status.is_terminal() => {
+                report.lost += 1;
+                let evidence = format!("status {} attempts {} error {:?}", saga.status, saga.attempts, saga.last_error);
+                violation(report, "I2", biz_id, "saga not terminal at quiescence".into(), evidence);
+            }
+            Some(saga) if saga.status == Status::ManualReview && !open_tickets.contains(biz_id.as_str()) => {
+                violation(report, "I2", biz_id, "MANUAL_REVIEW without an open ticket".into(), String::new());
+            }
+            Some(saga) if saga.status == Status::Parked && saga.last_error.as_deref().unwrap_or("").is_empty() => {
+                violation(report, "I2", biz_id, "PARKED without its error".into(), String::new());
+            }
+            Some(_) => {}
+        }
+    }
+}
+
+/// I3: DONE and ROLLED_BACK mean what they say, in every system.
+pub fn consistent_end_states(snapshot: &Snapshot, effects: &LedgerEffects, report: &mut Report) {
+    let orders: BTreeMap<&str, &midflight_store::OrderRow> =
+        snapshot.orders.iter().map(|o| (o.biz_id.as_str(), o)).collect();
+    let outbox: BTreeSet<&str> = snapshot.outbox.iter().map(|(b, _)| b.as_str()).collect();
+    let notified: Option<BTreeSet<&str>> =
+        snapshot.notifications.as_ref().map(|n| n.iter().map(String::as_str).collect());
+    for saga in &snapshot.sagas {
+        let id = saga.biz_id.as_str();
+        let locks = effects.wms.in_force(&request_id(id, Step::Wms));
+        let shipments = effects.logistics.in_force(&request_id(id, Step::Logistics));
+        let order = orders.get(id);
+        let evidence = format!("locks {locks} shipments {shipments} order {order:?}");
+        match saga.status {
+            Status::Done => {
+                let shipped = order.is_some_and(|o| o.status == "SHIPPED" && o.tracking_no == saga.tracking_no);
+                let tracked = effects
+                    .logistics
+                    .by_request
+                    .get(&request_id(id, Step::Logistics))
+                    .is_some_and(|ids| saga.tracking_no.as_ref().is_some_and(|t| ids.contains(t)));
+                if locks != 1 || shipments != 1 || !shipped || !tracked || !outbox.contains(id) {
+                    let message = "DONE without exactly one lock, one shipment (its tracking number), a SHIPPED order and an outbox row";
+                    violation(report, "I3", id, message.into(), format!("{evidence} outbox {}", outbox.contains(id)));
+                }
+                if let Some(notified) = &notified
+                    && !notified.contains(id)
+                {
+                    violation(report, "I3", id, "DONE but no notification was published".into(), String::new());
+                }
+            }
+            Status::RolledBack => {
+                let reversed = order.is_none_or(|o| o.status == "REVERSED");
+                if locks != 0 || shipments != 0 || !reversed {
+                    let message = "ROLLED_BACK with an effect in force or the business row not reversed";
+                    violation(report, "I3", id, message.into(), evidence);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// I4: per saga, the log is one chain: versions increase, each edge is legal, the epoch never
+/// goes back (a write by an older epoch after a newer one is a zombie getting through).
+pub fn fenced_owners(snapshot: &Snapshot, report: &mut Report) {
+    for (biz_id, log) in by_saga(&snapshot.transitions) {
+        let mut previous: Option<&Transition> = None;
+        for row in log {
+            if let Some(before) = previous {
+                if row.lease_epoch < before.lease_epoch {
+                    let evidence = format!(
+                        "v{} epoch {} after v{} epoch {}",
+                        row.version, row.lease_epoch, before.version, before.lease_epoch
+                    );
+                    violation(report, "I4", biz_id, "a write with a stale epoch was accepted".into(), evidence);
+                }
+                let chained = row.from == Some(before.to);
+                let legal = row.is_takeover()
+                    || row.from.is_some_and(|f| f.can_transition(row.to) || f.operator_can_transition(row.to));
+                if !chained || !legal {
+                    let evidence = format!("v{}: {:?} -> {} after {}", row.version, row.from, row.to, before.to);
+                    violation(report, "I4", biz_id, "transition log is not one legal chain".into(), evidence);
+                }
+            }
+            previous = Some(row);
+        }
+    }
+}
+
+/// I5: sagas of one order (on one partition) run one at a time, in offset order.
+pub fn per_order_order(snapshot: &Snapshot, report: &mut Report) {
+    let logs = by_saga(&snapshot.transitions);
+    let mut by_order: BTreeMap<(&str, &str, i32), Vec<&Saga>> = BTreeMap::new();
+    for saga in snapshot.sagas.iter().filter(|s| !s.order_no.is_empty()) {
+        by_order.entry((&saga.order_no, &saga.source.topic, saga.source.partition)).or_default().push(saga);
+    }
+    for sagas in by_order.values_mut() {
+        sagas.sort_by_key(|s| s.source.offset);
+        for pair in sagas.windows(2) {
+            let (first, second) = (pair[0], pair[1]);
+            let started = logs.get(second.biz_id.as_str()).and_then(|log| {
+                log.iter().find(|t| t.from == Some(Status::Received) && t.to != Status::Parked).map(|t| t.at_ms)
+            });
+            let Some(started) = started else { continue };
+            let ended = logs
+                .get(first.biz_id.as_str())
+                .and_then(|log| log.iter().find(|t| t.to.is_terminal() && !t.is_takeover()).map(|t| t.at_ms));
+            if ended.is_none_or(|ended| ended > started) {
+                let evidence = format!("{} started at {started}, {} ended at {ended:?}", second.biz_id, first.biz_id);
+                violation(
+                    report,
+                    "I5",
+                    &second.biz_id,
+                    "started before the earlier saga of its order ended".into(),
+                    evidence,
+                );
+            }
+        }
+    }
+}
+
+/// I6: poison is parked with its error (and copied to the dead-letter topic).
+pub fn poison_parked(snapshot: &Snapshot, expected: &Expected, report: &mut Report) {
+    let rows: BTreeMap<&str, &Saga> = snapshot.sagas.iter().map(|s| (s.biz_id.as_str(), s)).collect();
+    let dead: Option<BTreeSet<&str>> = snapshot.dead_letters.as_ref().map(|d| d.iter().map(String::as_str).collect());
+    for biz_id in &expected.poison {
+        if rows.get(biz_id.as_str()).is_some_and(|s| s.status != Status::Parked) {
+            violation(report, "I6", biz_id, "poison message not parked".into(), String::new());
+        }
+        if let Some(dead) = &dead
+            && !dead.contains(biz_id.as_str())
+        {
+            violation(report, "I6", biz_id, "poison message not on the dead-letter topic".into(), String::new());
+        }
+    }
+}
+
+fn by_saga(transitions: &[Transition]) -> BTreeMap<&str, Vec<&Transition>> {
+    let mut map: BTreeMap<&str, Vec<&Transition>> = BTreeMap::new();
+    for row in transitions {
+        map.entry(row.biz_id.as_str()).or_default().push(row);
+    }
+    for log in map.values_mut() {
+        log.sort_by_key(|t| t.version);
+    }
+    map
+}

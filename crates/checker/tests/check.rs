@@ -1,0 +1,194 @@
+//! The checker on a real run (driver + mocks + store), then on the same snapshot with one
+//! violation planted at a time: each planted break must be reported under its invariant, and
+//! the clean run must report nothing.
+
+use std::time::{Duration, Instant};
+
+use midflight_api::client::{LedgerEntry, LedgerKind};
+use midflight_checker::{Expected, Snapshot, check};
+use midflight_driver::{Driver, DriverSettings, Outcome};
+use midflight_model::{Address, Line, OrderEvent, RetryPolicy, Rules, Saga, Source, Status, Step, request_id};
+use midflight_stack::{MockDownstreams, MockOptions};
+use midflight_store::testing::TestDb;
+use midflight_store::{Arrival, Transition, both_engines};
+use tokio_util::sync::CancellationToken;
+
+fn event(order_no: &str, event_type: &str, region: &str) -> OrderEvent {
+    OrderEvent {
+        order_no: order_no.into(),
+        event_type: event_type.into(),
+        lines: vec![Line { sku: "SKU-0001".into(), quantity: 1 }],
+        address: Address {
+            region: region.into(),
+            city: String::new(),
+            line: String::new(),
+            postal_code: String::new(),
+        },
+        amount_cents: 100,
+    }
+}
+
+/// Runs four sagas to DONE (two of one order), one to ROLLED_BACK, parks one poison message.
+async fn clean_run(db: &TestDb, mocks: &MockDownstreams) -> (Snapshot, Expected) {
+    let store = &db.store;
+    let rules =
+        Rules { retry: RetryPolicy { backoff_base_ms: 1, backoff_max_ms: 1, attempts_max: 5 }, ..Rules::default() };
+    let driver = Driver::new(
+        store.clone(),
+        mocks.client(),
+        rules,
+        DriverSettings::default(),
+        "c1".into(),
+        "consumer:c1".into(),
+        CancellationToken::new(),
+    );
+    let now = store.now_ms().await.expect("clock");
+    let events = [
+        event("O-1", "PAID", "CN"),
+        event("O-2", "PAID", "CN"),
+        event("O-3", "PAID", "XX"),
+        event("O-1", "REPAID", "CN"),
+    ];
+    let mut batch: Vec<Saga> = events
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            Saga::received(e, Source { topic: "orders".into(), partition: 0, offset: i as i64 }, now, now + 600_000)
+        })
+        .collect();
+    let poison_source = Source { topic: "orders".into(), partition: 0, offset: 9 };
+    let error = OrderEvent::parse(b"nope").expect_err("poison");
+    batch.push(Saga::parked(poison_source, "nope".into(), &error, now));
+    let arrivals = store.insert_arrivals(&batch, "c1", 30_000, "consumer:c1").await.expect("insert");
+    for arrival in arrivals {
+        if let Arrival::Fresh(saga) = arrival {
+            let outcome = driver.drive(saga, Instant::now()).await;
+            assert!(matches!(outcome, Outcome::Finished(_)), "{outcome:?}");
+        }
+    }
+    let snapshot = Snapshot::collect(store, &mocks.client(), Duration::from_secs(5)).await.expect("collect");
+    let expected =
+        Expected { orders: events.iter().map(OrderEvent::biz_id).collect(), poison: vec!["parked:orders:0:9".into()] };
+    (snapshot, expected)
+}
+
+/// A ledger entry of order O-2.
+fn lock(request_id: String, effect_id: &str, seq: u64, kind: LedgerKind) -> LedgerEntry {
+    LedgerEntry { seq, kind, request_id, order_no: "O-2".into(), effect_id: effect_id.into(), at_ms: 0 }
+}
+
+fn invariants(snapshot: &Snapshot, expected: &Expected) -> Vec<&'static str> {
+    let mut found: Vec<&'static str> = check(snapshot, expected).violations.iter().map(|v| v.invariant).collect();
+    found.dedup();
+    found
+}
+
+fn saga_mut<'a>(snapshot: &'a mut Snapshot, biz_id: &str) -> &'a mut Saga {
+    snapshot.sagas.iter_mut().find(|s| s.biz_id == biz_id).expect("saga in snapshot")
+}
+
+async fn planted_violations_are_found(db: &TestDb) {
+    let mocks = MockDownstreams::start(MockOptions::default()).await;
+    let (clean, expected) = clean_run(db, &mocks).await;
+    let report = check(&clean, &expected);
+    assert!(report.ok(), "clean run: {:#?}", report.violations);
+    assert_eq!(report.messages, 5);
+    assert_eq!(report.by_status.get("DONE"), Some(&3));
+    assert_eq!(report.by_status.get("ROLLED_BACK"), Some(&1));
+    assert_eq!(report.by_status.get("PARKED"), Some(&1));
+    assert_eq!((report.duplicate_effects, report.lost), (0, 0));
+
+    let done = "O-2:PAID";
+    type Plant = Box<dyn Fn(&mut Snapshot, &mut Expected)>;
+    let cases: Vec<(&str, Plant, Vec<&str>)> = vec![
+        (
+            "a second lock under our request id",
+            Box::new(move |s, _| {
+                s.wms_ledger.push(lock(request_id(done, Step::Wms), "L-extra", 10_000, LedgerKind::Apply));
+            }),
+            vec!["I1", "I3"],
+        ),
+        (
+            "a second lock under a key the WMS made up (the incident)",
+            Box::new(|s, _| {
+                s.wms_ledger.push(lock("legacy-7".into(), "L-legacy", 10_000, LedgerKind::Apply));
+            }),
+            vec!["I1"],
+        ),
+        ("a row missing", Box::new(move |s, _| s.sagas.retain(|x| x.biz_id != done)), vec!["I2"]),
+        ("a row left mid-flight", Box::new(move |s, _| saga_mut(s, done).status = Status::WmsRequested), vec!["I2"]),
+        (
+            "MANUAL_REVIEW without a ticket",
+            Box::new(move |s, _| saga_mut(s, done).status = Status::ManualReview),
+            vec!["I2"],
+        ),
+        ("DONE without its outbox row", Box::new(move |s, _| s.outbox.retain(|(b, _)| b != done)), vec!["I3"]),
+        ("DONE without a notification", Box::new(|s, _| s.notifications = Some(Vec::new())), vec!["I3"]),
+        (
+            "ROLLED_BACK with a lock in force",
+            Box::new(|s, _| {
+                let entry = LedgerEntry {
+                    order_no: "O-3".into(),
+                    ..lock(request_id("O-3:PAID", Step::Wms), "L-late", 10_000, LedgerKind::Apply)
+                };
+                s.wms_ledger.push(entry);
+            }),
+            vec!["I3"],
+        ),
+        (
+            "a stale epoch's write in the log",
+            Box::new(move |s, _| {
+                let last =
+                    s.transitions.iter().filter(|t| t.biz_id == done).max_by_key(|t| t.version).cloned().expect("log");
+                s.transitions.push(Transition {
+                    version: last.version + 1,
+                    lease_epoch: 0,
+                    from: Some(last.to),
+                    to: last.to,
+                    reason: "zombie".into(),
+                    ..last
+                });
+            }),
+            vec!["I4"],
+        ),
+        (
+            "a lock after its tombstone",
+            Box::new(|s, _| {
+                s.wms_ledger.push(lock("T-1".into(), "", 10_000, LedgerKind::Tombstone));
+                s.wms_ledger.push(lock("T-1".into(), "L-t", 10_001, LedgerKind::Apply));
+            }),
+            vec!["I1", "I4"],
+        ),
+        (
+            "two sagas of one order overlapping",
+            Box::new(|s, _| {
+                let first_end = s
+                    .transitions
+                    .iter()
+                    .find(|t| t.biz_id == "O-1:PAID" && t.to.is_terminal())
+                    .map(|t| t.at_ms)
+                    .expect("end");
+                for t in
+                    s.transitions.iter_mut().filter(|t| t.biz_id == "O-1:REPAID" && t.from == Some(Status::Received))
+                {
+                    t.at_ms = first_end - 1;
+                }
+            }),
+            vec!["I5"],
+        ),
+        (
+            "poison not parked",
+            Box::new(|s, _| saga_mut(s, "parked:orders:0:9").status = Status::RolledBack),
+            vec!["I6"],
+        ),
+        ("poison not dead-lettered", Box::new(|s, _| s.dead_letters = Some(Vec::new())), vec!["I6"]),
+        ("an accepted message never inserted", Box::new(|_, e| e.orders.push("O-9:PAID".into())), vec!["I2"]),
+    ];
+    for (name, plant, want) in cases {
+        let (mut snapshot, mut expected) = (clean.clone(), expected.clone());
+        plant(&mut snapshot, &mut expected);
+        let found = invariants(&snapshot, &expected);
+        assert_eq!(found, want, "{name}: {:#?}", check(&snapshot, &expected).violations);
+    }
+}
+both_engines!(checker_finds_planted_violations, planted_violations_are_found);
