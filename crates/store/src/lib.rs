@@ -17,13 +17,16 @@ mod clock;
 mod dialect;
 pub mod entity;
 mod error;
+mod finding;
 mod inbox;
 mod lease;
+mod lookup;
 mod migrate;
 mod operator;
 mod outbox;
 mod read;
 mod row;
+mod scan;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod ticket;
@@ -36,9 +39,13 @@ use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbBackend};
 use sea_orm_migration::MigratorTrait;
 
 pub use error::Error;
+pub use finding::{FindingTicket, LOGISTICS_LEDGER_STEP, TicketOutcome, WMS_LEDGER_STEP};
 pub use inbox::Arrival;
+pub use lookup::LedgerView;
 pub use outbox::OutboxMessage;
 pub use read::{OrderRow, Transition};
+pub use scan::ScanCursor;
+pub use ticket::saga_json;
 pub use ticket::{Ticket, TicketState};
 
 /// Largest number of rows one batch operation writes; larger batches are split by the caller.

@@ -1,0 +1,116 @@
+//! Reads for reconciliation: which saga owns a downstream request id, and a narrow pass over
+//! the whole table.
+//!
+//! Request ids are one-way hashes of biz_id + step, so a ledger entry is mapped back to its saga
+//! through the stored request-id columns (indexed by migration 0006). The table pass reads only
+//! the columns a ledger comparison needs, not the payload, so a full pass stays cheap.
+
+use midflight_model::{Saga, Status, Step};
+use sea_orm::{ColumnTrait, EntityTrait, FromQueryResult, QueryFilter, QueryOrder, QuerySelect};
+use serde::Serialize;
+
+use crate::entity::saga;
+use crate::error::{Context, Error};
+use crate::{BATCH_ROWS_MAX, Store, row};
+
+/// The part of a saga row a ledger comparison reads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LedgerView {
+    pub biz_id: String,
+    pub order_no: String,
+    pub status: Status,
+    pub version: u64,
+    pub wms_request_id: Option<String>,
+    pub logistics_request_id: Option<String>,
+    pub tracking_no: Option<String>,
+    pub updated_at_ms: i64,
+}
+
+impl LedgerView {
+    /// The stored request id of `step`, if its intent was ever recorded.
+    pub fn request_id(&self, step: Step) -> Option<&str> {
+        match step {
+            Step::Wms => self.wms_request_id.as_deref(),
+            Step::Logistics => self.logistics_request_id.as_deref(),
+        }
+    }
+}
+
+#[derive(Debug, FromQueryResult)]
+struct ViewRow {
+    biz_id: String,
+    order_no: String,
+    status: String,
+    version: i64,
+    wms_request_id: Option<String>,
+    logistics_request_id: Option<String>,
+    tracking_no: Option<String>,
+    updated_at_ms: i64,
+}
+
+impl Store {
+    /// The sagas whose stored request id of `step` is one of `request_ids` (any number; looked
+    /// up in batches of [`BATCH_ROWS_MAX`]).
+    pub async fn owners_of(&self, step: Step, request_ids: &[String]) -> Result<Vec<Saga>, Error> {
+        let column = match step {
+            Step::Wms => saga::Column::WmsRequestId,
+            Step::Logistics => saga::Column::LogisticsRequestId,
+        };
+        let mut out = Vec::with_capacity(request_ids.len());
+        for batch in request_ids.chunks(BATCH_ROWS_MAX) {
+            let rows = saga::Entity::find()
+                .filter(column.is_in(batch.iter().cloned()))
+                .all(&self.db)
+                .await
+                .during("look sagas up by request id", None)?;
+            for model in rows {
+                out.push(row::to_saga(model)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every saga in biz_id order, a page at a time, reduced to what a ledger comparison needs.
+    pub async fn ledger_view_page(&self, after_biz_id: &str, limit: u64) -> Result<Vec<LedgerView>, Error> {
+        let rows = saga::Entity::find()
+            .select_only()
+            .columns([
+                saga::Column::BizId,
+                saga::Column::OrderNo,
+                saga::Column::Status,
+                saga::Column::Version,
+                saga::Column::WmsRequestId,
+                saga::Column::LogisticsRequestId,
+                saga::Column::TrackingNo,
+                saga::Column::UpdatedAtMs,
+            ])
+            .filter(saga::Column::BizId.gt(after_biz_id))
+            .order_by_asc(saga::Column::BizId)
+            .limit(limit)
+            .into_model::<ViewRow>()
+            .all(&self.db)
+            .await
+            .during("page through sagas for reconciliation", None)?;
+        rows.into_iter().map(to_view).collect()
+    }
+}
+
+fn to_view(row: ViewRow) -> Result<LedgerView, Error> {
+    let status = Status::parse(&row.status).ok_or_else(|| {
+        Error::Model(midflight_model::Error::UnknownStatus { biz_id: row.biz_id.clone(), text: row.status.clone() })
+    })?;
+    let version = u64::try_from(row.version).map_err(|_| Error::Corrupt {
+        biz_id: row.biz_id.clone(),
+        message: format!("negative version {}", row.version),
+    })?;
+    Ok(LedgerView {
+        biz_id: row.biz_id,
+        order_no: row.order_no,
+        status,
+        version,
+        wms_request_id: row.wms_request_id,
+        logistics_request_id: row.logistics_request_id,
+        tracking_no: row.tracking_no,
+        updated_at_ms: row.updated_at_ms,
+    })
+}

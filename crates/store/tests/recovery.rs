@@ -1,0 +1,129 @@
+//! The store operations recovery and reconciliation use: the paged recovery scan, lookups by
+//! request id, the narrow table pass, and reconciliation tickets. Each body runs on SQLite and
+//! on MySQL/MariaDB (see `both_engines!`).
+
+use midflight_model::{Address, Change, Line, OrderEvent, Saga, Source, Status, Step, request_id};
+use midflight_store::testing::TestDb;
+use midflight_store::{
+    Cas, Error, FindingTicket, LOGISTICS_LEDGER_STEP, ScanCursor, Store, TicketOutcome, TicketState, WMS_LEDGER_STEP,
+    both_engines,
+};
+
+const LEASE_MS: i64 = 60_000;
+
+fn event(order_no: &str) -> OrderEvent {
+    OrderEvent {
+        order_no: order_no.into(),
+        event_type: "PAID".into(),
+        lines: vec![Line { sku: "SKU-0001".into(), quantity: 1 }],
+        address: Address {
+            region: "CN-SH".into(),
+            city: String::new(),
+            line: String::new(),
+            postal_code: String::new(),
+        },
+        amount_cents: 100,
+    }
+}
+
+/// Inserts RECEIVED rows for `orders` (offsets 1..), leased for `lease_ms`.
+async fn arrive(store: &Store, orders: &[&str], lease_ms: i64) -> Vec<Saga> {
+    let now = store.now_ms().await.expect("clock");
+    let sagas: Vec<Saga> = orders
+        .iter()
+        .enumerate()
+        .map(|(i, order)| {
+            let source = Source { topic: "orders".into(), partition: 0, offset: i as i64 + 1 };
+            Saga::received(&event(order), source, now, now + 600_000)
+        })
+        .collect();
+    let arrivals = store.insert_arrivals(&sagas, "c1", lease_ms, "consumer:c1").await.expect("insert");
+    arrivals.into_iter().map(|a| a.saga().clone()).collect()
+}
+
+async fn paged_scan_walks_the_whole_backlog(db: &TestDb) {
+    let store = &db.store;
+    let orders: Vec<String> = (0..7).map(|i| format!("O-{i}")).collect();
+    let names: Vec<&str> = orders.iter().map(String::as_str).collect();
+    arrive(store, &names, 0).await;
+    arrive(store, &["LIVE"], LEASE_MS).await;
+    let mut seen = Vec::new();
+    let mut cursor: Option<ScanCursor> = None;
+    for _ in 0..10 {
+        let page = store.abandoned_after(cursor.as_ref(), 3).await.expect("scan");
+        seen.extend(page.iter().map(|s| s.biz_id.clone()));
+        if page.len() < 3 {
+            break;
+        }
+        cursor = page.last().map(ScanCursor::after);
+    }
+    let mut expected: Vec<String> = orders.iter().map(|o| format!("{o}:PAID")).collect();
+    let mut sorted = seen.clone();
+    sorted.sort();
+    expected.sort();
+    assert_eq!(sorted, expected, "every abandoned row once, the live one never: {seen:?}");
+    let first = store.abandoned_after(None, 100).await.expect("scan").len();
+    assert_eq!(first, store.abandoned(100).await.expect("scan").len(), "same rows as the unpaged scan");
+}
+both_engines!(paged_recovery_scan, paged_scan_walks_the_whole_backlog);
+
+async fn request_ids_find_their_saga(db: &TestDb) {
+    let store = &db.store;
+    let saga = arrive(store, &["O-1"], LEASE_MS).await.remove(0);
+    arrive(store, &["O-2"], LEASE_MS).await;
+    let now = store.now_ms().await.expect("clock");
+    let change = Change {
+        record_wms_intent: true,
+        ..Change::to(&[Status::DbWritten, Status::WmsRequested], "test: intent recorded")
+    };
+    let written = store.write(&saga, &change, now, LEASE_MS, "test").await.expect("write").applied().expect("applied");
+    let wms_id = request_id(&saga.biz_id, Step::Wms);
+    let found = store.owners_of(Step::Wms, &[wms_id.clone(), "mf-wms-unknown".into()]).await.expect("lookup");
+    assert_eq!(found.iter().map(|s| s.biz_id.as_str()).collect::<Vec<_>>(), vec![saga.biz_id.as_str()]);
+    assert!(store.owners_of(Step::Logistics, &[wms_id]).await.expect("lookup").is_empty(), "steps do not mix");
+
+    let views = store.ledger_view_page("", 10).await.expect("page");
+    assert_eq!(views.len(), 2);
+    assert_eq!((views[0].status, views[0].version), (Status::WmsRequested, written.version));
+    assert_eq!(views[0].request_id(Step::Wms), written.wms_request_id.as_deref());
+    assert_eq!(views[1].request_id(Step::Wms), None);
+    assert_eq!(store.ledger_view_page(&views[0].biz_id, 10).await.expect("page").len(), 1, "keyset on biz_id");
+}
+both_engines!(lookup_by_request_id, request_ids_find_their_saga);
+
+fn finding(fingerprint: &str) -> FindingTicket {
+    FindingTicket {
+        key: "orphan:mf-wms-x".into(),
+        step: WMS_LEDGER_STEP,
+        reason: "an orphan lock".into(),
+        fingerprint: fingerprint.into(),
+        evidence: serde_json::json!({ "kind": "orphan", "in_force": ["LCK1"] }),
+    }
+}
+
+async fn finding_tickets_are_idempotent(db: &TestDb) {
+    let store = &db.store;
+    let open = |t: FindingTicket| async move { store.open_finding_ticket(&t, "recovery:r1").await.expect("open") };
+    assert_eq!(open(finding("orphan:LCK1")).await, TicketOutcome::Opened);
+    assert_eq!(open(finding("orphan:LCK1")).await, TicketOutcome::AlreadyOpen);
+    assert_eq!(open(finding("orphan:LCK1,LCK2")).await, TicketOutcome::AlreadyOpen, "an open ticket is left alone");
+    let tickets = store.tickets_of("orphan:mf-wms-x").await.expect("tickets");
+    assert_eq!(tickets.len(), 1);
+    assert_eq!(tickets[0].evidence["fingerprint"], "orphan:LCK1");
+
+    let closed = store.close_ticket("orphan:mf-wms-x", WMS_LEDGER_STEP, "alice", "reversed by hand").await;
+    assert_eq!(closed.expect("close"), Cas::Applied(()));
+    let again = store.close_ticket("orphan:mf-wms-x", WMS_LEDGER_STEP, "bob", "twice").await;
+    assert_eq!(again.expect("close"), Cas::Conflict, "closing twice is refused");
+    assert_eq!(open(finding("orphan:LCK1")).await, TicketOutcome::ResolvedBefore, "an accepted finding stays closed");
+    assert_eq!(open(finding("orphan:LCK3")).await, TicketOutcome::Reopened, "a new finding on the key reopens it");
+    let tickets = store.tickets_of("orphan:mf-wms-x").await.expect("tickets");
+    assert_eq!((tickets.len(), tickets[0].state), (1, TicketState::Open));
+    assert_eq!(tickets[0].resolved_by.as_deref(), Some("alice"), "the last resolution stays visible");
+
+    let wrong = store.close_ticket("O-1:PAID", "WMS", "alice", "no").await;
+    assert!(matches!(wrong, Err(Error::Invalid(_))), "a saga's review ticket is closed by resolving the saga");
+    let other_step = FindingTicket { step: LOGISTICS_LEDGER_STEP, ..finding("orphan:T1") };
+    assert_eq!(open(other_step).await, TicketOutcome::Opened, "one ticket per key and step");
+}
+both_engines!(finding_tickets, finding_tickets_are_idempotent);
