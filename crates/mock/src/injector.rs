@@ -103,7 +103,7 @@ impl FaultInjector {
         T: Send + 'static,
     {
         let decision = self.decide(method);
-        tokio::time::sleep(decision.delay_before).await;
+        pause(decision.delay_before).await;
         if let Some(refusal) = decision.refusal {
             tracing::debug!(method, "call refused by fault plan");
             return Err(Status::unavailable(refusal));
@@ -114,7 +114,7 @@ impl FaultInjector {
         let answer = tokio::spawn(effect)
             .await
             .map_err(|error| Status::internal(format!("effect of {method} did not finish: {error}")))?;
-        tokio::time::sleep(decision.delay_after).await;
+        pause(decision.delay_after).await;
         if decision.drop_response {
             tracing::info!(method, applied = answer.is_ok(), "response dropped by fault plan");
             return Err(Status::unavailable("response lost (injected)"));
@@ -125,6 +125,15 @@ impl FaultInjector {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         // The state is replaced whole or read; a panic elsewhere cannot leave it half-written.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Sleeps on tokio time, but not at all for a zero delay: a zero `sleep` still waits for the
+/// timer wheel's next millisecond tick, which would add up to two milliseconds to every call
+/// with latency injection off.
+async fn pause(delay: Duration) {
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
     }
 }
 
