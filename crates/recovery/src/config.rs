@@ -1,0 +1,235 @@
+//! The recovery worker's configuration: the shared sections (database, downstream clients,
+//! telemetry, driver timing, planner rules) plus its own `recovery` and `reconcile` sections.
+//! Every default says why it is what it is; [`Config::problems`] checks all of them at start-up.
+
+use midflight_config::{Config, DatabaseSection, GrpcClientSection, TelemetrySection};
+use midflight_driver::DriverSettings;
+use midflight_model::Rules;
+use midflight_service::ServiceConfig;
+use serde::{Deserialize, Serialize};
+
+/// Largest scan page: one page is one indexed query and its rows are held in memory.
+pub const SCAN_BATCH_MAX: u64 = 10_000;
+/// Most sagas one worker drives at once.
+pub const CONCURRENCY_MAX: usize = 10_000;
+/// Longest ledger page the mocks serve (`midflight_mock::input::LEDGER_PAGE_MAX`).
+pub const LEDGER_PAGE_ENTRIES_MAX: u32 = 1_000;
+
+/// Everything `recovery-worker` (and `sagactl`, which reads the same file) reads at start-up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RecoveryConfig {
+    pub database: DatabaseSection,
+    pub wms: GrpcClientSection,
+    pub logistics: GrpcClientSection,
+    pub telemetry: TelemetrySection,
+    /// Lease and call deadlines: the same settings the consumer's drivers use.
+    pub driver: DriverSettings,
+    /// The downstreams' contracts and the retry policy: the same rules the consumer plans with.
+    pub rules: Rules,
+    pub recovery: RecoverySection,
+    pub reconcile: ReconcileSection,
+}
+
+/// How the worker finds and drives abandoned sagas.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RecoverySection {
+    /// Names the process in owner ids (`<instance>-<pid>-<random>`) and in the transition log.
+    pub instance: String,
+    /// Pause between scans that reached the end of the backlog. Pickup time is lease expiry plus
+    /// at most this; 1 s is small beside the 30 s default lease and one indexed query per second
+    /// per worker costs the database nothing.
+    pub scan_interval_ms: u64,
+    /// Rows per scan page. A full page is followed at once by the next one, so a backlog is
+    /// walked through without waiting; 200 keeps a page small in memory and quick to read.
+    pub scan_batch: u64,
+    /// Sagas driven at once by this worker. A saga holds no connection while its calls are in
+    /// flight, so the bound is about downstream load: 64 sagas of ~0.5 s each are ~128 sagas/s
+    /// per worker, well above what a few crashed consumers leave behind.
+    pub concurrency_max: usize,
+    /// On shutdown, how long to wait for drives to reach a durable point (they stop before their
+    /// next call); longer than one call deadline. Drives still running are then abandoned: their
+    /// leases expire and another worker resumes them.
+    pub drain_timeout_ms: u64,
+    /// Apply missing migrations at start-up, so the worker can come up first on an empty
+    /// database. They are idempotent and recorded; turn off where a deploy job owns the schema.
+    pub migrate_on_start: bool,
+    /// Pause between two reconciliations; 0 turns the periodic run off (`sagactl reconcile`
+    /// still runs one on demand). A pass reads both ledgers and the whole table, so every 15
+    /// minutes is frequent enough for a person to act the same shift and cheap enough to ignore.
+    pub reconcile_interval_ms: u64,
+}
+
+/// How a reconciliation reads the ledgers and the table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReconcileSection {
+    /// Entries per ledger page: the most a downstream serves in one page.
+    pub ledger_page_entries: u32,
+    /// Most ledger entries one pass holds in memory (about 200 bytes each). A larger ledger fails
+    /// the pass with an error naming this limit rather than reconciling half of it.
+    pub ledger_entries_max: u64,
+    /// Deadline of one ledger page request; pages are large, so longer than a saga call.
+    pub ledger_timeout_ms: u64,
+    /// Saga rows per page of the table pass (narrow rows, no payload).
+    pub table_page_rows: u64,
+    /// Findings listed in one report; the counters always count all of them, and every finding
+    /// gets its ticket regardless.
+    pub findings_listed_max: usize,
+}
+
+impl Default for RecoveryConfig {
+    fn default() -> Self {
+        RecoveryConfig {
+            database: DatabaseSection::default(),
+            // The ports the mock downstreams listen on by default.
+            wms: GrpcClientSection::with_endpoint("http://127.0.0.1:50061"),
+            logistics: GrpcClientSection::with_endpoint("http://127.0.0.1:50062"),
+            telemetry: TelemetrySection::default(),
+            driver: DriverSettings::default(),
+            rules: Rules::default(),
+            recovery: RecoverySection::default(),
+            reconcile: ReconcileSection::default(),
+        }
+    }
+}
+
+impl Default for RecoverySection {
+    fn default() -> Self {
+        RecoverySection {
+            instance: "recovery".to_owned(),
+            scan_interval_ms: 1_000,
+            scan_batch: 200,
+            concurrency_max: 64,
+            drain_timeout_ms: 10_000,
+            migrate_on_start: true,
+            reconcile_interval_ms: 900_000,
+        }
+    }
+}
+
+impl Default for ReconcileSection {
+    fn default() -> Self {
+        ReconcileSection {
+            ledger_page_entries: LEDGER_PAGE_ENTRIES_MAX,
+            ledger_entries_max: 5_000_000,
+            ledger_timeout_ms: 10_000,
+            table_page_rows: 500,
+            findings_listed_max: 1_000,
+        }
+    }
+}
+
+impl RecoverySection {
+    pub fn problems(&self, at: &str) -> Vec<String> {
+        let mut problems = Vec::new();
+        let instance_ok = !self.instance.is_empty()
+            && self.instance.len() <= 64
+            && self.instance.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !instance_ok {
+            problems
+                .push(format!("{at}.instance must be 1..=64 characters of [A-Za-z0-9._-], got {:?}", self.instance));
+        }
+        if self.scan_interval_ms == 0 {
+            problems.push(format!("{at}.scan_interval_ms must be positive"));
+        }
+        if !(1..=SCAN_BATCH_MAX).contains(&self.scan_batch) {
+            problems.push(format!("{at}.scan_batch must be in 1..={SCAN_BATCH_MAX}"));
+        }
+        if !(1..=CONCURRENCY_MAX).contains(&self.concurrency_max) {
+            problems.push(format!("{at}.concurrency_max must be in 1..={CONCURRENCY_MAX}"));
+        }
+        problems
+    }
+}
+
+impl ReconcileSection {
+    pub fn problems(&self, at: &str) -> Vec<String> {
+        let mut problems = Vec::new();
+        if !(1..=LEDGER_PAGE_ENTRIES_MAX).contains(&self.ledger_page_entries) {
+            problems.push(format!("{at}.ledger_page_entries must be in 1..={LEDGER_PAGE_ENTRIES_MAX}"));
+        }
+        if self.ledger_entries_max == 0 || self.ledger_timeout_ms == 0 || self.table_page_rows == 0 {
+            problems.push(format!("{at}.ledger_entries_max, ledger_timeout_ms and table_page_rows must be positive"));
+        }
+        if self.table_page_rows > SCAN_BATCH_MAX {
+            problems.push(format!("{at}.table_page_rows must be at most {SCAN_BATCH_MAX}"));
+        }
+        problems
+    }
+}
+
+/// Checks the retry policy the planner reads (the model crate states no rules for it).
+fn retry_problems(rules: &Rules, at: &str) -> Vec<String> {
+    let retry = &rules.retry;
+    let mut problems = Vec::new();
+    if retry.backoff_base_ms <= 0 || retry.backoff_max_ms < retry.backoff_base_ms {
+        problems.push(format!("{at}: backoff_base_ms must be positive and at most backoff_max_ms"));
+    }
+    if retry.attempts_max == 0 {
+        problems.push(format!("{at}.attempts_max must be positive"));
+    }
+    problems
+}
+
+impl Config for RecoveryConfig {
+    fn problems(&self) -> Vec<String> {
+        let mut problems = self.database.problems("database");
+        problems.extend(self.wms.problems("wms"));
+        problems.extend(self.logistics.problems("logistics"));
+        problems.extend(self.telemetry.problems("telemetry"));
+        problems.extend(self.driver.problems("driver"));
+        problems.extend(self.rules.wms.problems("rules.wms"));
+        problems.extend(self.rules.logistics.problems("rules.logistics"));
+        problems.extend(retry_problems(&self.rules, "rules.retry"));
+        problems.extend(self.recovery.problems("recovery"));
+        problems.extend(self.reconcile.problems("reconcile"));
+        problems
+    }
+}
+
+impl ServiceConfig for RecoveryConfig {
+    fn telemetry(&self) -> &TelemetrySection {
+        &self.telemetry
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        assert_eq!(RecoveryConfig::default().problems(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn every_bad_value_is_named() {
+        let mut config = RecoveryConfig::default();
+        config.recovery.instance = "a b".to_owned();
+        config.recovery.scan_interval_ms = 0;
+        config.recovery.scan_batch = 0;
+        config.recovery.concurrency_max = 0;
+        config.reconcile.ledger_page_entries = 5_000;
+        config.rules.retry.attempts_max = 0;
+        config.driver.lease_ms = 10;
+        let problems = config.problems();
+        for needle in ["instance", "scan_interval_ms", "scan_batch", "concurrency_max", "ledger_page", "attempts_max"] {
+            assert!(problems.iter().any(|p| p.contains(needle)), "{needle} not reported in {problems:#?}");
+        }
+        assert!(problems.iter().any(|p| p.starts_with("driver.lease_ms")), "{problems:#?}");
+    }
+
+    #[test]
+    fn loads_from_flags_and_environment() {
+        let sources = midflight_config::Sources {
+            file: None,
+            env: vec![("MIDFLIGHT_RECOVERY__SCAN_BATCH".to_owned(), "50".to_owned())],
+            overrides: vec!["database.url=sqlite://x.db".to_owned(), "recovery.instance=r7".to_owned()],
+        };
+        let config: RecoveryConfig = midflight_config::load(&sources).expect("valid");
+        assert_eq!((config.recovery.scan_batch, config.recovery.instance.as_str()), (50, "r7"));
+        assert_eq!(config.database.url, "sqlite://x.db");
+    }
+}

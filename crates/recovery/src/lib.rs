@@ -1,0 +1,93 @@
+//! The recovery worker: finds sagas nobody drives any more (lease expired by the database
+//! clock, backoff over) and drives them to a terminal state with the shared
+//! [`midflight_driver::Driver`]; and the reconciler, which compares the downstream ledgers with
+//! the saga table and opens tickets for what does not match.
+//!
+//! Architecture invariants:
+//! - The worker and the consumer coordinate only through compare-and-set on the saga row: the
+//!   same claim, the same driver, the same planner. There is no second copy of any rule here,
+//!   and no message or lock between the two services.
+//! - Any number of workers may run; a lost claim is an ordinary outcome.
+//! - Everything is bounded and named in [`RecoveryConfig`]: scan page, drives in flight, drain
+//!   time, ledger size of a reconciliation.
+//!
+//! [`run`] takes its configuration and shutdown token from outside, so the binary and the
+//! tests start it the same way.
+
+mod config;
+mod ledger;
+pub mod reconcile;
+mod worker;
+
+use midflight_api::client::Downstreams;
+use midflight_store::Store;
+use tokio_util::sync::CancellationToken;
+
+pub use config::{
+    CONCURRENCY_MAX, LEDGER_PAGE_ENTRIES_MAX, ReconcileSection, RecoveryConfig, RecoverySection, SCAN_BATCH_MAX,
+};
+pub use ledger::{ENTRIES_KEPT_PER_REQUEST_MAX, FindingKind};
+pub use reconcile::{Finding, Reconciler, Report};
+pub use worker::{Stats, StatsSnapshot, Worker, owner_id};
+
+/// Why the recovery service, or one reconciliation, failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Store(#[from] midflight_store::Error),
+    #[error(transparent)]
+    Downstream(#[from] midflight_api::client::Error),
+    #[error(
+        "the {step} ledger has more than {limit} entries (reconcile.ledger_entries_max); raise the limit to reconcile it whole"
+    )]
+    LedgerTooLarge { step: &'static str, limit: u64 },
+}
+
+/// Runs the recovery service until `shutdown`: the scan-and-drive loop and, when configured,
+/// a reconciliation every `recovery.reconcile_interval_ms`.
+pub async fn run(config: RecoveryConfig, shutdown: CancellationToken) -> Result<(), Error> {
+    let store = Store::connect(&config.database).await?;
+    if config.recovery.migrate_on_start {
+        store.migrate().await?;
+    }
+    let downstreams = Downstreams::connect_lazy(&config.wms, &config.logistics)?;
+    let worker = Worker::new(
+        store.clone(),
+        downstreams.clone(),
+        config.rules,
+        config.driver.clone(),
+        config.recovery.clone(),
+        shutdown.clone(),
+    );
+    let actor = format!("recovery:{}", worker.owner());
+    let reconciler = Reconciler::new(store.clone(), downstreams, config.reconcile.clone(), actor);
+    let periodic = tokio::spawn(reconcile_periodically(reconciler, config.recovery.reconcile_interval_ms, shutdown));
+    worker.run().await;
+    // The reconciler stops at the same signal; a pass cut short only leaves tickets unopened.
+    periodic.await.ok();
+    store.close().await?;
+    Ok(())
+}
+
+/// One reconciliation every `interval_ms` (none when 0), the first one interval after start so
+/// that a restarting fleet does not reconcile all at once.
+async fn reconcile_periodically(reconciler: Reconciler, interval_ms: u64, shutdown: CancellationToken) {
+    if interval_ms == 0 {
+        return;
+    }
+    let interval = std::time::Duration::from_millis(interval_ms);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = shutdown.cancelled() => return,
+        }
+        tokio::select! {
+            result = reconciler.run_once() => {
+                if let Err(error) = result {
+                    tracing::warn!(%error, "reconciliation failed; trying again at the next interval");
+                }
+            }
+            _ = shutdown.cancelled() => return,
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! The reconciler: compares both downstream ledgers with the saga table and opens a ticket for
+//! every mismatch. It runs periodically inside the recovery worker and on demand through
+//! `sagactl reconcile`; several may run at once (tickets are idempotent).
+//!
+//! One pass: note the database time, read both ledgers in full (bounded by
+//! `ledger_entries_max`), then walk the table once. Each saga's stored request ids select its
+//! entries; [`crate::ledger::classify`] judges them. Effects left over, under request ids no
+//! saga in the walk owned, are looked up again by request id (a saga may have arrived during
+//! the walk) and are orphans if still unowned. Sagas changed after the ledgers were read are
+//! only judged on what is never right (two effects in force), so a pass racing live traffic
+//! reports nothing that is merely in flight.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use midflight_api::client::{Downstreams, LedgerEntry};
+use midflight_model::{Status, Step};
+use midflight_store::{FindingTicket, LOGISTICS_LEDGER_STEP, LedgerView, Store, TicketOutcome, WMS_LEDGER_STEP};
+use serde::Serialize;
+
+use crate::Error;
+use crate::config::ReconcileSection;
+use crate::ledger::{Effects, FindingKind, Ledger, classify, fingerprint};
+
+/// A mismatch found by a pass, and what became of its ticket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub kind: FindingKind,
+    #[serde(serialize_with = "step_name")]
+    pub step: Step,
+    pub request_id: String,
+    pub order_no: String,
+    /// The owning saga, if any (and its status when the pass read it).
+    pub biz_id: Option<String>,
+    pub status: Option<Status>,
+    /// The downstream's ids of the effects in force (lock ids, tracking numbers).
+    pub in_force: Vec<String>,
+    #[serde(serialize_with = "ticket_name")]
+    pub ticket: TicketOutcome,
+}
+
+/// What one pass read, found and did: counters for metrics, and the findings for people.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// Database time when the pass began.
+    pub started_at_ms: i64,
+    pub wms_entries: u64,
+    pub logistics_entries: u64,
+    pub sagas_checked: u64,
+    pub orphans: u64,
+    pub double_effects: u64,
+    pub missing_effects: u64,
+    pub effects_after_rollback: u64,
+    pub tickets_opened: u64,
+    pub tickets_reopened: u64,
+    pub tickets_already_open: u64,
+    pub tickets_resolved_before: u64,
+    /// The first `findings_listed_max` findings.
+    pub findings: Vec<Finding>,
+}
+
+impl Report {
+    pub fn findings_total(&self) -> u64 {
+        self.orphans + self.double_effects + self.missing_effects + self.effects_after_rollback
+    }
+
+    fn count(&mut self, finding: Finding, listed_max: usize) {
+        let kind_counter = match finding.kind {
+            FindingKind::Orphan => &mut self.orphans,
+            FindingKind::DoubleEffect => &mut self.double_effects,
+            FindingKind::MissingEffect => &mut self.missing_effects,
+            FindingKind::EffectAfterRollback => &mut self.effects_after_rollback,
+        };
+        *kind_counter += 1;
+        let ticket_counter = match finding.ticket {
+            TicketOutcome::Opened => &mut self.tickets_opened,
+            TicketOutcome::Reopened => &mut self.tickets_reopened,
+            TicketOutcome::AlreadyOpen => &mut self.tickets_already_open,
+            TicketOutcome::ResolvedBefore => &mut self.tickets_resolved_before,
+        };
+        *ticket_counter += 1;
+        if self.findings.len() < listed_max {
+            self.findings.push(finding);
+        }
+    }
+}
+
+/// Compares the ledgers of `downstreams` with the table of `store`.
+#[derive(Debug, Clone)]
+pub struct Reconciler {
+    store: Store,
+    downstreams: Downstreams,
+    section: ReconcileSection,
+    actor: String,
+}
+
+/// The state of one pass.
+struct Pass {
+    wms: Ledger,
+    logistics: Ledger,
+    /// (step, request id) pairs some saga of the walk owns.
+    owned: HashSet<(Step, String)>,
+    report: Report,
+}
+
+impl Reconciler {
+    /// `actor` names who opens the tickets (e.g. `recovery:<owner>` or `operator:<name>`).
+    pub fn new(store: Store, downstreams: Downstreams, section: ReconcileSection, actor: String) -> Reconciler {
+        Reconciler { store, downstreams, section, actor }
+    }
+
+    /// One full pass. Fails (opening no further tickets) when a ledger cannot be read whole.
+    pub async fn run_once(&self) -> Result<Report, Error> {
+        let started_at_ms = self.store.now_ms().await?;
+        let mut pass = Pass {
+            wms: self.read_ledger(Step::Wms).await?,
+            logistics: self.read_ledger(Step::Logistics).await?,
+            owned: HashSet::new(),
+            report: Report { started_at_ms, ..Report::default() },
+        };
+        pass.report.wms_entries = pass.wms.entries;
+        pass.report.logistics_entries = pass.logistics.entries;
+        self.walk_table(&mut pass).await?;
+        for step in [Step::Wms, Step::Logistics] {
+            self.check_unowned(&mut pass, step).await?;
+        }
+        let report = pass.report;
+        tracing::info!(
+            findings = report.findings_total(),
+            opened = report.tickets_opened,
+            reopened = report.tickets_reopened,
+            sagas = report.sagas_checked,
+            wms_entries = report.wms_entries,
+            logistics_entries = report.logistics_entries,
+            "reconciliation finished"
+        );
+        Ok(report)
+    }
+
+    async fn read_ledger(&self, step: Step) -> Result<Ledger, Error> {
+        let timeout = Duration::from_millis(self.section.ledger_timeout_ms);
+        let page_entries = self.section.ledger_page_entries;
+        let mut ledger = Ledger::default();
+        let mut cursor = 0;
+        loop {
+            let (entries, next) = match step {
+                Step::Wms => self.downstreams.wms_ledger(cursor, page_entries, timeout).await?,
+                Step::Logistics => self.downstreams.logistics_ledger(cursor, page_entries, timeout).await?,
+            };
+            if ledger.entries + entries.len() as u64 > self.section.ledger_entries_max {
+                return Err(Error::LedgerTooLarge { step: step.as_str(), limit: self.section.ledger_entries_max });
+            }
+            ledger.fold(&entries);
+            if entries.len() < page_entries as usize || next <= cursor {
+                return Ok(ledger);
+            }
+            cursor = next;
+        }
+    }
+
+    async fn walk_table(&self, pass: &mut Pass) -> Result<(), Error> {
+        let mut after = String::new();
+        loop {
+            let page = self.store.ledger_view_page(&after, self.section.table_page_rows).await?;
+            for view in &page {
+                pass.report.sagas_checked += 1;
+                for step in [Step::Wms, Step::Logistics] {
+                    self.check_saga(pass, view, step).await?;
+                }
+            }
+            match page.last() {
+                Some(last) if page.len() as u64 >= self.section.table_page_rows => after = last.biz_id.clone(),
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    async fn check_saga(&self, pass: &mut Pass, view: &LedgerView, step: Step) -> Result<(), Error> {
+        let request_id = view.request_id(step);
+        if let Some(id) = request_id {
+            pass.owned.insert((step, id.to_owned()));
+        }
+        let in_force = request_id.map_or(0, |id| pass.ledger(step).in_force(id));
+        let settled = view.updated_at_ms < pass.report.started_at_ms;
+        let Some(kind) = classify(Some(view.status), settled, in_force) else { return Ok(()) };
+        // A DONE saga always recorded its intents; the derived id stands in should one be missing.
+        let request_id = request_id.map_or_else(|| midflight_model::request_id(&view.biz_id, step), str::to_owned);
+        let effects = pass.ledger(step).by_request.get(&request_id).cloned();
+        let effects = effects.unwrap_or_else(|| Effects { order_no: view.order_no.clone(), ..Effects::default() });
+        self.report(pass, kind, step, &request_id, &effects, Some(&view.biz_id)).await
+    }
+
+    /// Effects in force under request ids no saga of the walk owned: look them up once more
+    /// (by the indexed request-id column) before calling them orphans.
+    async fn check_unowned(&self, pass: &mut Pass, step: Step) -> Result<(), Error> {
+        let unowned: Vec<String> = pass
+            .ledger(step)
+            .by_request
+            .iter()
+            .filter(|(id, effects)| !effects.in_force.is_empty() && !pass.owned.contains(&(step, (*id).clone())))
+            .map(|(id, _)| id.clone())
+            .collect();
+        if unowned.is_empty() {
+            return Ok(());
+        }
+        let late = self.store.owners_of(step, &unowned).await?;
+        for request_id in unowned {
+            let owner = late.iter().find(|saga| saga.request_id(step) == request_id);
+            let effects = pass.ledger(step).by_request.get(&request_id).cloned().unwrap_or_default();
+            // A late owner changed after the ledgers were read: not settled.
+            let Some(kind) = classify(owner.map(|saga| saga.status), false, effects.in_force.len()) else { continue };
+            let biz_id = owner.map(|saga| saga.biz_id.clone());
+            self.report(pass, kind, step, &request_id, &effects, biz_id.as_deref()).await?;
+        }
+        Ok(())
+    }
+
+    async fn report(
+        &self,
+        pass: &mut Pass,
+        kind: FindingKind,
+        step: Step,
+        request_id: &str,
+        effects: &Effects,
+        biz_id: Option<&str>,
+    ) -> Result<(), Error> {
+        let saga = match biz_id {
+            Some(id) => self.store.get(id).await?,
+            None => None,
+        };
+        let ticket = FindingTicket {
+            key: biz_id.map_or_else(|| format!("orphan:{request_id}"), str::to_owned),
+            step: match step {
+                Step::Wms => WMS_LEDGER_STEP,
+                Step::Logistics => LOGISTICS_LEDGER_STEP,
+            },
+            reason: reason(kind, step, request_id, &effects.order_no, biz_id),
+            fingerprint: fingerprint(kind, &effects.in_force),
+            evidence: serde_json::json!({
+                "kind": kind.as_str(),
+                "step": step.as_str(),
+                "request_id": request_id,
+                "order_no": effects.order_no,
+                "in_force": effects.in_force,
+                "entries": effects.entries.iter().map(entry_json).collect::<Vec<_>>(),
+                "saga": saga.as_ref().map(midflight_store::saga_json),
+                "checked_at_ms": pass.report.started_at_ms,
+            }),
+        };
+        let outcome = self.store.open_finding_ticket(&ticket, &self.actor).await?;
+        tracing::warn!(
+            kind = kind.as_str(),
+            step = step.as_str(),
+            request_id,
+            biz_id = biz_id.unwrap_or("-"),
+            ticket = ?outcome,
+            "reconciliation finding"
+        );
+        let finding = Finding {
+            kind,
+            step,
+            request_id: request_id.to_owned(),
+            order_no: effects.order_no.clone(),
+            biz_id: biz_id.map(str::to_owned),
+            status: saga.map(|s| s.status),
+            in_force: effects.in_force.clone(),
+            ticket: outcome,
+        };
+        pass.report.count(finding, self.section.findings_listed_max);
+        Ok(())
+    }
+}
+
+impl Pass {
+    fn ledger(&self, step: Step) -> &Ledger {
+        match step {
+            Step::Wms => &self.wms,
+            Step::Logistics => &self.logistics,
+        }
+    }
+}
+
+fn reason(kind: FindingKind, step: Step, request_id: &str, order_no: &str, biz_id: Option<&str>) -> String {
+    let (ledger, effect) = match step {
+        Step::Wms => ("wms", "stock lock"),
+        Step::Logistics => ("logistics", "shipment"),
+    };
+    let saga = biz_id.unwrap_or("-");
+    match kind {
+        FindingKind::Orphan => format!(
+            "the {ledger} ledger holds a {effect} in force under request id {request_id} (order {order_no}) that no saga owns: \
+             reverse it by hand or account for it"
+        ),
+        FindingKind::DoubleEffect => format!(
+            "saga {saga} has more than one {effect} in force under its request id: reverse the extra ones by hand"
+        ),
+        FindingKind::MissingEffect => {
+            format!("saga {saga} is DONE but the {ledger} ledger has no {effect} in force under its request id")
+        }
+        FindingKind::EffectAfterRollback => format!(
+            "saga {saga} is ROLLED_BACK but its {effect} is still in force at the {ledger}: reverse it by hand with the voucher"
+        ),
+    }
+}
+
+fn entry_json(entry: &LedgerEntry) -> serde_json::Value {
+    serde_json::json!({
+        "seq": entry.seq,
+        "kind": format!("{:?}", entry.kind),
+        "effect_id": entry.effect_id,
+        "at_ms": entry.at_ms,
+    })
+}
+
+fn step_name<S: serde::Serializer>(step: &Step, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(step.as_str())
+}
+
+fn ticket_name<S: serde::Serializer>(outcome: &TicketOutcome, serializer: S) -> Result<S::Ok, S::Error> {
+    let name = match outcome {
+        TicketOutcome::Opened => "opened",
+        TicketOutcome::AlreadyOpen => "already_open",
+        TicketOutcome::Reopened => "reopened",
+        TicketOutcome::ResolvedBefore => "resolved_before",
+    };
+    serializer.serialize_str(name)
+}

@@ -1,0 +1,222 @@
+//! The recovery loop: scan for abandoned sagas, claim each through the same CAS takeover the
+//! consumer uses, and drive it with the same [`Driver`].
+//!
+//! The worker has no rules of its own. What to do with a saga is the planner's; who may do it
+//! is the row's lease (the claim bumps the epoch, and every later write names it); when to come
+//! back is the row's `next_attempt_at_ms`, which the scan respects. So any number of workers
+//! (and consumers) may run over one table: the loser of a claim just moves on.
+//!
+//! Bounded: one scan page in memory, at most `concurrency_max` drives at once, and a shutdown
+//! that waits at most `drain_timeout_ms` for drives to reach a durable point.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use midflight_driver::{Downstream, Driver, DriverSettings, Outcome};
+use midflight_model::{Rules, Saga};
+use midflight_store::{ScanCursor, Store};
+use serde::Serialize;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::RecoverySection;
+
+/// What one worker did so far (a metrics exporter reads these later).
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Scan pages read.
+    pub scans: AtomicU64,
+    /// Rows skipped because an earlier saga of their order is unfinished.
+    pub skipped_blocked: AtomicU64,
+    /// Claims won, and claims lost to someone faster.
+    pub claimed: AtomicU64,
+    pub claims_lost: AtomicU64,
+    /// How claimed drives ended.
+    pub finished: AtomicU64,
+    pub handed_off: AtomicU64,
+    pub lost: AtomicU64,
+    pub stopped: AtomicU64,
+    pub failed: AtomicU64,
+}
+
+/// A copy of [`Stats`] at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct StatsSnapshot {
+    pub scans: u64,
+    pub skipped_blocked: u64,
+    pub claimed: u64,
+    pub claims_lost: u64,
+    pub finished: u64,
+    pub handed_off: u64,
+    pub lost: u64,
+    pub stopped: u64,
+    pub failed: u64,
+}
+
+impl Stats {
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        StatsSnapshot {
+            scans: get(&self.scans),
+            skipped_blocked: get(&self.skipped_blocked),
+            claimed: get(&self.claimed),
+            claims_lost: get(&self.claims_lost),
+            finished: get(&self.finished),
+            handed_off: get(&self.handed_off),
+            lost: get(&self.lost),
+            stopped: get(&self.stopped),
+            failed: get(&self.failed),
+        }
+    }
+
+    fn count(&self, outcome: Option<&Outcome>) {
+        let counter = match outcome {
+            None => &self.claims_lost,
+            Some(Outcome::Finished(_)) => &self.finished,
+            Some(Outcome::HandedOff) => &self.handed_off,
+            Some(Outcome::Lost) => &self.lost,
+            Some(Outcome::Stopped) => &self.stopped,
+            Some(Outcome::Failed(_)) => &self.failed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        if outcome.is_some() {
+            self.claimed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// One recovery worker: a process incarnation with its own owner id.
+#[derive(Debug)]
+pub struct Worker<D> {
+    driver: Driver<D>,
+    section: RecoverySection,
+    shutdown: CancellationToken,
+    stats: Arc<Stats>,
+}
+
+/// A fresh owner id: unique per process incarnation, so a restarted worker never mistakes a
+/// lease of its previous life for its own.
+pub fn owner_id(instance: &str) -> String {
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!("{instance}-{}-{}", std::process::id(), &random[..12])
+}
+
+impl<D: Downstream> Worker<D> {
+    /// A worker with a fresh owner id; drives stop at their next call once `shutdown` fires.
+    pub fn new(
+        store: Store,
+        downstream: D,
+        rules: Rules,
+        driver_settings: DriverSettings,
+        section: RecoverySection,
+        shutdown: CancellationToken,
+    ) -> Worker<D> {
+        let owner = owner_id(&section.instance);
+        let actor = format!("recovery:{owner}");
+        let driver = Driver::new(store, downstream, rules, driver_settings, owner, actor, shutdown.clone());
+        Worker { driver, section, shutdown, stats: Arc::new(Stats::default()) }
+    }
+
+    pub fn owner(&self) -> &str {
+        self.driver.owner()
+    }
+
+    /// The worker's counters, shared: they keep counting while [`Worker::run`] runs.
+    pub fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
+    }
+
+    /// Scans and drives until `shutdown`, then drains. Database errors during a scan are logged
+    /// and retried at the next interval: the worker outlives a database restart.
+    pub async fn run(self) -> StatsSnapshot {
+        tracing::info!(owner = self.owner(), "recovery worker started");
+        let permits = Arc::new(Semaphore::new(self.section.concurrency_max));
+        let mut drives = JoinSet::new();
+        let mut cursor: Option<ScanCursor> = None;
+        while !self.shutdown.is_cancelled() {
+            while drives.try_join_next().is_some() {}
+            match self.scan_page(cursor.as_ref(), &permits, &mut drives).await {
+                Ok(next) => cursor = next,
+                Err(error) => {
+                    tracing::warn!(owner = self.owner(), %error, "recovery scan failed; retrying at the next interval");
+                    cursor = None;
+                }
+            }
+            // A full page means more backlog behind it: read on at once. Otherwise rest.
+            if cursor.is_none() {
+                tokio::select! {
+                    _ = tokio::time::sleep(millis(self.section.scan_interval_ms)) => {}
+                    _ = self.shutdown.cancelled() => {}
+                }
+            }
+        }
+        self.drain(drives).await;
+        let stats = self.stats.snapshot();
+        tracing::info!(owner = self.owner(), ?stats, "recovery worker stopped");
+        stats
+    }
+
+    /// Reads one page after `cursor` and starts a drive for each claimable row (waiting for a
+    /// free slot when `concurrency_max` drives run). Returns the cursor of the next page, or
+    /// `None` when this page was the last.
+    async fn scan_page(
+        &self,
+        cursor: Option<&ScanCursor>,
+        permits: &Arc<Semaphore>,
+        drives: &mut JoinSet<()>,
+    ) -> Result<Option<ScanCursor>, midflight_store::Error> {
+        let page = self.driver.store().abandoned_after(cursor, self.section.scan_batch).await?;
+        self.stats.scans.fetch_add(1, Ordering::Relaxed);
+        let full = page.len() as u64 >= self.section.scan_batch;
+        let next = if full { page.last().map(ScanCursor::after) } else { None };
+        for saga in page {
+            if self.blocked(&saga).await? {
+                continue;
+            }
+            let permit = tokio::select! {
+                permit = permits.clone().acquire_owned() => permit,
+                _ = self.shutdown.cancelled() => return Ok(None),
+            };
+            let Ok(permit) = permit else { return Ok(None) };
+            let (driver, stats) = (self.driver.clone(), self.stats.clone());
+            drives.spawn(async move {
+                let outcome = driver.claim_and_drive(&saga.biz_id).await;
+                stats.count(outcome.as_ref());
+                drop(permit);
+            });
+        }
+        Ok(next)
+    }
+
+    /// Whether the row waits for an earlier saga of its order; such rows are left alone
+    /// (no claim, no log line) until that saga finishes.
+    async fn blocked(&self, saga: &Saga) -> Result<bool, midflight_store::Error> {
+        let blocked = self.driver.blocked_by(saga).await?.is_some();
+        if blocked {
+            self.stats.skipped_blocked.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(blocked)
+    }
+
+    /// Waits for running drives (they stop before their next call and release their lease);
+    /// past `drain_timeout_ms` the rest are aborted and their leases left to expire.
+    async fn drain(&self, mut drives: JoinSet<()>) {
+        let deadline = Instant::now() + millis(self.section.drain_timeout_ms);
+        while !drives.is_empty() {
+            match tokio::time::timeout_at(deadline.into(), drives.join_next()).await {
+                Ok(_) => {}
+                Err(_) => {
+                    tracing::warn!(owner = self.owner(), running = drives.len(), "drain timed out; aborting drives");
+                    drives.abort_all();
+                    while drives.join_next().await.is_some() {}
+                }
+            }
+        }
+    }
+}
+
+fn millis(ms: u64) -> Duration {
+    Duration::from_millis(ms)
+}

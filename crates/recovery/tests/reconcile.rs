@@ -1,0 +1,111 @@
+//! The reconciler against the mock downstreams' real ledgers, on SQLite and MariaDB: clean
+//! sagas (done, rolled back) produce no finding; a planted orphan lock and a planted double lock
+//! (legacy mode, the incident's double deduction) produce one ticket each, and running again
+//! opens no more.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use midflight_api::client::Downstreams;
+use midflight_driver::Outcome;
+use midflight_model::{Call, Observation, Saga, Source, Status, Step, WmsAnswer, request_id};
+use midflight_recovery::{FindingKind, ReconcileSection, Reconciler, Report};
+use midflight_stack::{Faults, MockDownstreams, MockOptions};
+use midflight_store::testing::TestDb;
+use midflight_store::{Store, TicketState, WMS_LEDGER_STEP, both_engines};
+
+fn reconciler(store: &Store, client: Downstreams) -> Reconciler {
+    // Small pages, so the paging of both the ledgers and the table is exercised.
+    let section = ReconcileSection { ledger_page_entries: 3, table_page_rows: 2, ..ReconcileSection::default() };
+    Reconciler::new(store.clone(), client, section, "recovery:test".to_owned())
+}
+
+async fn drive_to_end(store: &Store, client: &Downstreams, order_no: &str, region: &str, offset: i64) -> Saga {
+    let saga = arrive(store, &[event(order_no, "PAID", region)], offset, 30_000).await.remove(0);
+    let outcome = driver(store, client.clone(), "c1", settings()).drive(saga.clone(), Instant::now()).await;
+    assert!(matches!(outcome, Outcome::Finished(_)), "{outcome:?}");
+    store.get(&saga.biz_id).await.expect("get").expect("row")
+}
+
+async fn finds_planted_orphan_and_double_lock(db: &TestDb) {
+    let mocks = MockDownstreams::start(MockOptions::default()).await;
+    let client = mocks.client();
+    for i in 0..3 {
+        let done = drive_to_end(&db.store, &client, &format!("O-{i}"), "CN-ZJ", i + 1).await;
+        assert_eq!(done.status, Status::Done);
+    }
+    let rolled_back = drive_to_end(&db.store, &client, "O-XX", "XX", 10).await;
+    assert_eq!(rolled_back.status, Status::RolledBack);
+    let clean = reconciler(&db.store, client.clone()).run_once().await.expect("reconcile");
+    assert_eq!((clean.findings_total(), clean.sagas_checked), (0, 4), "{clean:#?}");
+
+    // An orphan: a lock under a request id no saga owns, sent straight to the WMS.
+    let now = db.store.now_ms().await.expect("clock");
+    let source = Source { topic: "orders".into(), partition: 0, offset: 99 };
+    let ghost = Saga::received(&event("GHOST", "PAID", "CN-ZJ"), source, now, now + 60_000);
+    let answer = client.call(Call::LockStock, &ghost, Duration::from_secs(5)).await;
+    assert_eq!(answer, Observation::Wms(WmsAnswer::Locked));
+    // A double lock: in legacy mode the WMS deduplicates on its own key, so the incident's
+    // re-consumer, repeating LockStock for a finished saga, deducts a second time.
+    mocks.set_wms_faults(Faults { legacy_mode: true, ..Faults::default() }).await;
+    let doubled = drive_to_end(&db.store, &client, "O-LEGACY", "CN-ZJ", 20).await;
+    assert_eq!(doubled.status, Status::Done);
+    let again = client.call(Call::LockStock, &doubled, Duration::from_secs(5)).await;
+    assert_eq!(again, Observation::Wms(WmsAnswer::Locked), "legacy mode locks again");
+
+    let report = reconciler(&db.store, client.clone()).run_once().await.expect("reconcile");
+    assert_findings(&report);
+    assert_eq!((report.tickets_opened, report.tickets_already_open), (2, 0), "{report:#?}");
+    let orphan_key = format!("orphan:{}", request_id(&ghost.biz_id, Step::Wms));
+    for key in [orphan_key.as_str(), doubled.biz_id.as_str()] {
+        let tickets = db.store.tickets_of(key).await.expect("tickets");
+        assert_eq!(tickets.len(), 1, "{key}: {tickets:#?}");
+        assert_eq!((tickets[0].step.as_str(), tickets[0].state), (WMS_LEDGER_STEP, TicketState::Open));
+    }
+    let double_ticket = db.store.tickets_of(&doubled.biz_id).await.expect("tickets").remove(0);
+    assert_eq!(double_ticket.evidence["in_force"].as_array().map(Vec::len), Some(2), "{}", double_ticket.evidence);
+    assert_eq!(double_ticket.evidence["saga"]["status"], "DONE");
+
+    // A second run (here by another process) opens nothing new.
+    let other = db.another_store().await;
+    let second = reconciler(&other, client.clone()).run_once().await.expect("reconcile");
+    assert_findings(&second);
+    assert_eq!((second.tickets_opened, second.tickets_already_open), (0, 2), "{second:#?}");
+    assert_eq!(db.store.open_ticket_count().await.expect("count"), 2);
+
+    // An operator accepts the orphan (closes its ticket): the next run leaves it closed.
+    let closed = db.store.close_ticket(&orphan_key, WMS_LEDGER_STEP, "alice", "reversed by hand in the wms console");
+    assert!(closed.await.expect("close").is_applied());
+    let third = reconciler(&db.store, client).run_once().await.expect("reconcile");
+    assert_eq!((third.tickets_opened, third.tickets_resolved_before, third.tickets_already_open), (0, 1, 1));
+    assert_eq!(db.store.open_ticket_count().await.expect("count"), 1);
+}
+both_engines!(planted_orphan_and_double_lock, finds_planted_orphan_and_double_lock);
+
+fn assert_findings(report: &Report) {
+    let mut found: Vec<(FindingKind, Step, Option<&str>)> =
+        report.findings.iter().map(|f| (f.kind, f.step, f.biz_id.as_deref())).collect();
+    found.sort_by_key(|(kind, _, _)| kind.as_str());
+    assert_eq!(
+        found,
+        vec![(FindingKind::DoubleEffect, Step::Wms, Some("O-LEGACY:PAID")), (FindingKind::Orphan, Step::Wms, None)],
+        "{report:#?}"
+    );
+    assert_eq!((report.orphans, report.double_effects, report.findings_total()), (1, 1, 2));
+}
+
+async fn ledger_too_large_is_an_error(db: &TestDb) {
+    let mocks = MockDownstreams::start(MockOptions::default()).await;
+    let client = mocks.client();
+    for i in 0..3 {
+        drive_to_end(&db.store, &client, &format!("O-{i}"), "CN-ZJ", i + 1).await;
+    }
+    let section = ReconcileSection { ledger_entries_max: 2, ..ReconcileSection::default() };
+    let error = Reconciler::new(db.store.clone(), client, section, "test".into()).run_once().await;
+    let error = error.expect_err("a ledger over the limit is not reconciled in part");
+    assert!(error.to_string().contains("ledger_entries_max"), "{error}");
+    assert_eq!(db.store.open_ticket_count().await.expect("count"), 0);
+}
+both_engines!(reconcile_refuses_an_oversized_ledger, ledger_too_large_is_an_error);
