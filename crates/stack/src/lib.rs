@@ -21,6 +21,9 @@ use tonic::transport::Channel;
 
 pub use midflight_mock::{FaultPlan as Faults, Latency, ManualClock, MethodFaults};
 
+#[cfg(feature = "kafka")]
+pub mod kafka;
+
 /// How to start the mocks. By default: no latency, no faults, generous stock.
 #[derive(Debug, Clone, Default)]
 pub struct MockOptions {
@@ -55,10 +58,12 @@ impl MockDownstreams {
         let wms_db = temp_db("wms");
         let logistics_db = temp_db("logistics");
 
-        let mut wms = WmsConfig::default();
-        wms.faults = options.wms_faults.clone();
-        wms.database = sqlite(&wms_db);
-        wms.server = loopback();
+        let mut wms = WmsConfig {
+            faults: options.wms_faults.clone(),
+            database: sqlite(&wms_db),
+            server: loopback(),
+            ..WmsConfig::default()
+        };
         wms.stock.skus.extend(options.stock.clone());
         let (wms_listener, wms_endpoint) = bind().await;
         let token = shutdown.clone();
@@ -71,10 +76,12 @@ impl MockDownstreams {
             }
         });
 
-        let mut logistics = LogisticsConfig::default();
-        logistics.faults = options.logistics_faults.clone();
-        logistics.database = sqlite(&logistics_db);
-        logistics.server = loopback();
+        let mut logistics = LogisticsConfig {
+            faults: options.logistics_faults.clone(),
+            database: sqlite(&logistics_db),
+            server: loopback(),
+            ..LogisticsConfig::default()
+        };
         if let Some(regions) = &options.unserviceable_regions {
             logistics.shipping.unserviceable_regions = regions.clone();
         }

@@ -1,0 +1,257 @@
+//! The consumer's configuration: the shared sections (Kafka, database, downstream clients,
+//! telemetry), the driver's timing, the downstream contracts (the rules are configuration, not
+//! code), and the consumer's own limits. Every default says why it is what it is, and
+//! [`ConsumerConfig::problems`] checks every field once, at start-up.
+
+use midflight_config::{Config, DatabaseSection, GrpcClientSection, KafkaSection, TelemetrySection};
+use midflight_driver::DriverSettings;
+use midflight_model::Rules;
+use midflight_service::ServiceConfig;
+use serde::{Deserialize, Serialize};
+
+/// Highest `in_flight_max`: every saga in flight holds its row and a task in memory (a few KiB),
+/// so this caps the process at a few hundred MiB whatever the configuration says.
+pub const IN_FLIGHT_CEILING: usize = 100_000;
+/// Longest batch linger: every message of a batch waits up to this long before it is durable.
+pub const BATCH_LINGER_MS_MAX: u64 = 1_000;
+/// Longest graceful-shutdown wait: beyond a minute an orchestrator kills the process anyway.
+pub const SHUTDOWN_DEADLINE_MS_MAX: u64 = 60_000;
+/// Longest delivery timeout for dead-letter copies and notifications.
+pub const DELIVERY_TIMEOUT_MS_MAX: u64 = 300_000;
+
+/// Everything the consumer reads at start-up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConsumerConfig {
+    pub consumer: ConsumerSection,
+    pub kafka: KafkaSection,
+    pub database: DatabaseSection,
+    /// The WMS client (LockStock and friends).
+    pub wms: GrpcClientSection,
+    /// The logistics client (CreateShipment and friends).
+    pub logistics: GrpcClientSection,
+    pub telemetry: TelemetrySection,
+    pub driver: DriverSettings,
+    /// What each downstream promises; the planner's roll-forward / roll-back rules read it.
+    pub rules: Rules,
+}
+
+impl Default for ConsumerConfig {
+    fn default() -> Self {
+        ConsumerConfig {
+            consumer: ConsumerSection::default(),
+            kafka: KafkaSection::default(),
+            database: DatabaseSection::default(),
+            // The mock downstreams' default ports, so the local stack needs no settings.
+            wms: GrpcClientSection::with_endpoint("http://127.0.0.1:50061"),
+            logistics: GrpcClientSection::with_endpoint("http://127.0.0.1:50062"),
+            telemetry: TelemetrySection::default(),
+            driver: DriverSettings::default(),
+            rules: Rules::default(),
+        }
+    }
+}
+
+/// The consumer's own settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConsumerSection {
+    /// Names this process in logs and in the lease owner id. A random suffix is added at every
+    /// start, so two incarnations of one instance never share an owner id (the inbox tells a
+    /// fresh row from a redelivered one by its owner).
+    pub instance: String,
+    /// Most messages made durable in one inbox transaction. 256 turns 4,000 msg/s into about
+    /// 16 inbox commits per second at full batches; the store caps a batch at 500 rows.
+    pub batch_max: usize,
+    /// How long a batch waits for more messages after its first one. 20 ms is small against a
+    /// saga of about 0.5 s, and gathers ~80 messages per batch at 4,000 msg/s.
+    pub batch_linger_ms: u64,
+    /// Sagas accepted (running or queued behind an earlier saga of their order) at once; at
+    /// this bound the consumer pauses its partitions, and a batch never takes more than the
+    /// room left. 2,000 is 4,000 msg/s x 0.5 s per saga, the user's peak.
+    pub in_flight_max: usize,
+    /// Partitions are resumed once sagas in flight drop to this. A gap below `in_flight_max`
+    /// keeps the consumer from pausing and resuming on every finished saga.
+    pub resume_below: usize,
+    /// A saga not finished this long after it was received rolls back while it still can (a
+    /// customer's order should not hang for hours). 15 minutes covers the longest outage the
+    /// retry policy rides out.
+    pub saga_deadline_ms: i64,
+    /// How long a graceful shutdown waits for running sagas to reach their next durable point
+    /// (a call in flight is at most `driver.rpc_timeout_ms`) before abandoning them to
+    /// recovery. 10 s is well inside a typical 30 s termination grace period.
+    pub shutdown_deadline_ms: u64,
+    /// `message.timeout.ms` of the producer of dead-letter copies and notifications: how long
+    /// one delivery may take before it counts as failed. 10 s rides out a leader election.
+    pub delivery_timeout_ms: u64,
+    /// Apply pending migrations at start-up. They are versioned and idempotent, so a fresh
+    /// local stack needs no separate step; turn off where a deploy job owns the schema.
+    pub migrate_on_start: bool,
+    pub relay: RelaySection,
+}
+
+impl Default for ConsumerSection {
+    fn default() -> Self {
+        ConsumerSection {
+            instance: "consumer".to_owned(),
+            batch_max: 256,
+            batch_linger_ms: 20,
+            in_flight_max: 2_000,
+            resume_below: 1_500,
+            saga_deadline_ms: 15 * 60_000,
+            shutdown_deadline_ms: 10_000,
+            delivery_timeout_ms: 10_000,
+            migrate_on_start: true,
+            relay: RelaySection::default(),
+        }
+    }
+}
+
+/// The outbox relay: publishes outbox rows to the notification topic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RelaySection {
+    /// Run the relay in this process. Several relays may run (a claim is a CAS with an
+    /// expiry); turn it off where a separate relay serves the outbox.
+    pub enabled: bool,
+    /// Rows claimed and published per round.
+    pub batch_max: usize,
+    /// How long a claim protects rows from other relays. Longer than `delivery_timeout_ms`,
+    /// so a claim never runs out under a delivery still in progress.
+    pub claim_ms: i64,
+    /// How long the relay sleeps when the outbox is empty. A saga finished by this process
+    /// wakes it at once, so this only bounds the delay for rows written elsewhere.
+    pub idle_ms: u64,
+}
+
+impl Default for RelaySection {
+    fn default() -> Self {
+        RelaySection { enabled: true, batch_max: 256, claim_ms: 30_000, idle_ms: 250 }
+    }
+}
+
+impl ConsumerSection {
+    fn problems(&self, at: &str) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.instance.is_empty()
+            || self.instance.len() > 64
+            || !self.instance.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        {
+            problems
+                .push(format!("{at}.instance must be 1..=64 characters of A-Z a-z 0-9 - _ ., got {:?}", self.instance));
+        }
+        let rows_max = midflight_store::BATCH_ROWS_MAX;
+        if !(1..=rows_max).contains(&self.batch_max) {
+            problems.push(format!(
+                "{at}.batch_max must be in 1..={rows_max} (one inbox transaction), got {}",
+                self.batch_max
+            ));
+        }
+        if self.batch_linger_ms > BATCH_LINGER_MS_MAX {
+            problems.push(format!(
+                "{at}.batch_linger_ms must be at most {BATCH_LINGER_MS_MAX}, got {}",
+                self.batch_linger_ms
+            ));
+        }
+        if !(1..=IN_FLIGHT_CEILING).contains(&self.in_flight_max) {
+            problems.push(format!("{at}.in_flight_max must be in 1..={IN_FLIGHT_CEILING}, got {}", self.in_flight_max));
+        }
+        if self.resume_below >= self.in_flight_max {
+            problems.push(format!(
+                "{at}.resume_below ({}) must be below in_flight_max ({}), or the consumer never resumes",
+                self.resume_below, self.in_flight_max
+            ));
+        }
+        if self.saga_deadline_ms <= 0 {
+            problems.push(format!("{at}.saga_deadline_ms must be positive"));
+        }
+        if !(1..=SHUTDOWN_DEADLINE_MS_MAX).contains(&self.shutdown_deadline_ms) {
+            problems.push(format!("{at}.shutdown_deadline_ms must be in 1..={SHUTDOWN_DEADLINE_MS_MAX}"));
+        }
+        if !(1..=DELIVERY_TIMEOUT_MS_MAX).contains(&self.delivery_timeout_ms) {
+            problems.push(format!("{at}.delivery_timeout_ms must be in 1..={DELIVERY_TIMEOUT_MS_MAX}"));
+        }
+        problems.extend(self.relay.problems(&format!("{at}.relay"), self.delivery_timeout_ms));
+        problems
+    }
+}
+
+impl RelaySection {
+    fn problems(&self, at: &str, delivery_timeout_ms: u64) -> Vec<String> {
+        let mut problems = Vec::new();
+        let rows_max = midflight_store::BATCH_ROWS_MAX;
+        if !(1..=rows_max).contains(&self.batch_max) {
+            problems.push(format!("{at}.batch_max must be in 1..={rows_max}, got {}", self.batch_max));
+        }
+        if u64::try_from(self.claim_ms).unwrap_or(0) <= delivery_timeout_ms {
+            problems.push(format!(
+                "{at}.claim_ms ({}) must exceed delivery_timeout_ms ({delivery_timeout_ms}), so a claim outlives a delivery",
+                self.claim_ms
+            ));
+        }
+        if self.idle_ms == 0 {
+            problems.push(format!("{at}.idle_ms must be positive (0 would spin on an empty outbox)"));
+        }
+        problems
+    }
+}
+
+impl Config for ConsumerConfig {
+    fn problems(&self) -> Vec<String> {
+        let mut problems = self.consumer.problems("consumer");
+        problems.extend(self.kafka.problems("kafka"));
+        problems.extend(self.database.problems("database"));
+        problems.extend(self.wms.problems("wms"));
+        problems.extend(self.logistics.problems("logistics"));
+        problems.extend(self.telemetry.problems("telemetry"));
+        problems.extend(self.driver.problems("driver"));
+        problems.extend(self.rules.wms.problems("rules.wms"));
+        problems.extend(self.rules.logistics.problems("rules.logistics"));
+        problems.extend(retry_problems(&self.rules, "rules.retry"));
+        problems
+    }
+}
+
+impl ServiceConfig for ConsumerConfig {
+    fn telemetry(&self) -> &TelemetrySection {
+        &self.telemetry
+    }
+}
+
+/// The retry policy has no `problems` of its own yet; these are the values that would break it.
+fn retry_problems(rules: &Rules, at: &str) -> Vec<String> {
+    let retry = &rules.retry;
+    let mut problems = Vec::new();
+    if retry.backoff_base_ms <= 0 || retry.backoff_max_ms < retry.backoff_base_ms {
+        problems.push(format!("{at}: need 0 < backoff_base_ms <= backoff_max_ms"));
+    }
+    if retry.attempts_max == 0 {
+        problems.push(format!("{at}.attempts_max must be positive"));
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        assert_eq!(ConsumerConfig::default().problems(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn every_bad_limit_is_named() {
+        let mut config = ConsumerConfig::default();
+        config.consumer.in_flight_max = 0;
+        config.consumer.batch_max = 501;
+        config.consumer.relay.claim_ms = 5_000;
+        let problems = config.problems();
+        let text = problems.join("\n");
+        assert!(text.contains("consumer.in_flight_max must be in 1..=100000, got 0"), "{text}");
+        assert!(text.contains("consumer.resume_below (1500) must be below in_flight_max (0)"), "{text}");
+        assert!(text.contains("consumer.batch_max must be in 1..=500"), "{text}");
+        assert!(text.contains("consumer.relay.claim_ms (5000) must exceed delivery_timeout_ms (10000)"), "{text}");
+        assert_eq!(problems.len(), 4, "{text}");
+    }
+}

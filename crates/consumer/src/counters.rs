@@ -1,0 +1,114 @@
+//! What the consumer has done, as plain atomic counters: cheap to bump on the hot path, read
+//! by tests and benchmarks through [`Counters::snapshot`], and exported as metrics later
+//! (one field, one metric).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use midflight_driver::Outcome;
+use midflight_model::Status;
+
+macro_rules! counters {
+    ($($(#[$doc:meta])* $name:ident,)*) => {
+        /// Live counters, shared by the pipeline, the sagas, the rebalance callbacks and the relay.
+        #[derive(Debug, Default)]
+        pub struct Counters {
+            $($(#[$doc])* pub $name: AtomicU64,)*
+        }
+
+        /// The counters at one instant.
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct Snapshot {
+            $($(#[$doc])* pub $name: u64,)*
+        }
+
+        impl Counters {
+            pub fn snapshot(&self) -> Snapshot {
+                Snapshot { $($name: self.$name.load(Ordering::Relaxed),)* }
+            }
+        }
+    };
+}
+
+counters! {
+    /// Messages taken from Kafka.
+    received,
+    /// Poison messages parked (and copied to the dead-letter topic).
+    parked,
+    /// Batches made durable in the inbox.
+    batches,
+    /// Messages whose row was new: this process drives them.
+    fresh,
+    /// Redelivered messages left alone: row terminal or leased by a live owner.
+    skipped,
+    /// Redelivered messages dropped because this process is driving them already.
+    duplicates_in_flight,
+    /// Redelivered messages with an expired lease, handed to the claim path.
+    claims,
+    /// Claims someone else won (or that found the row no longer claimable).
+    claims_lost,
+    /// Sagas finished DONE by this process.
+    done,
+    /// Sagas finished ROLLED_BACK.
+    rolled_back,
+    /// Sagas finished MANUAL_REVIEW.
+    manual_review,
+    /// Sagas finished PARKED by the driver (payload invalid on resume).
+    parked_by_driver,
+    /// Sagas that wait (backoff, or an earlier saga of their order) with their lease released.
+    handed_off,
+    /// Sagas whose CAS failed: another owner has them.
+    lost,
+    /// Sagas stopped at a durable point by shutdown.
+    stopped,
+    /// Sagas whose drive failed on the store; their lease expires and recovery resumes them.
+    failed,
+    /// Sagas accepted and not yet ended (running or queued behind their order): a gauge.
+    in_flight,
+    /// Times the partitions were paused because `in_flight_max` was reached.
+    pauses,
+    /// Offset commits sent (librdkafka reports the outcome of an asynchronous commit only
+    /// through its log: a failure is logged as COMMITFAIL).
+    commits,
+    /// Offset commits refused at once (a later commit carries the same or newer offsets).
+    commit_failures,
+    /// Partitions currently assigned: a gauge.
+    partitions_assigned,
+    /// Partitions ever revoked from this process.
+    partitions_revoked,
+    /// Notifications published by the relay.
+    published,
+    /// Notifications the relay could not publish (retried after the claim expires).
+    publish_failures,
+}
+
+impl Counters {
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set(counter: &AtomicU64, value: u64) {
+        counter.store(value, Ordering::Relaxed);
+    }
+
+    /// Counts how a drive ended.
+    pub(crate) fn ended(&self, outcome: &Outcome) {
+        let counter = match outcome {
+            Outcome::Finished(Status::Done) => &self.done,
+            Outcome::Finished(Status::RolledBack) => &self.rolled_back,
+            Outcome::Finished(Status::ManualReview) => &self.manual_review,
+            Outcome::Finished(_) => &self.parked_by_driver,
+            Outcome::Lost => &self.lost,
+            Outcome::HandedOff => &self.handed_off,
+            Outcome::Stopped => &self.stopped,
+            Outcome::Failed(_) => &self.failed,
+        };
+        Counters::add(counter, 1);
+    }
+}
+
+impl Snapshot {
+    /// Sagas that ended in a terminal status in this process.
+    pub fn finished(&self) -> u64 {
+        self.done + self.rolled_back + self.manual_review + self.parked_by_driver
+    }
+}

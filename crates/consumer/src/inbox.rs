@@ -1,0 +1,198 @@
+//! From Kafka messages to inbox rows: each message is parsed once; a valid one becomes a
+//! RECEIVED saga (with its trace context), a poison one a PARKED saga with its error plus a
+//! copy on the dead-letter topic. The copies are delivered before the batch is written, so by
+//! the time an offset is committed both the row and the copy exist (I6: the partition moves on,
+//! nothing is silently dropped).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::future::join_all;
+use midflight_model::{OrderEvent, PayloadError, Saga, Source};
+use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+use crate::error::{Error, MessageRef};
+use crate::kafka::Partition;
+
+/// The W3C header carrying the producer's trace context.
+pub const TRACEPARENT_HEADER: &str = "traceparent";
+/// Header of a dead-letter copy: why the message was parked.
+pub const ERROR_HEADER: &str = "midflight-error";
+/// Header of a dead-letter copy: `topic/partition@offset` of the original.
+pub const SOURCE_HEADER: &str = "midflight-source";
+/// Header of a dead-letter copy: the biz_id of the parked row.
+pub const BIZ_ID_HEADER: &str = "midflight-biz-id";
+/// Longest trace context kept; a `traceparent` is 55 characters, anything far longer is not one.
+const TRACEPARENT_LEN_MAX: usize = 128;
+
+/// A message taken from Kafka, detached from the client's buffers.
+#[derive(Debug, Clone)]
+pub(crate) struct Incoming {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub payload: Vec<u8>,
+    pub traceparent: Option<String>,
+}
+
+impl Incoming {
+    pub(crate) fn detach(message: &BorrowedMessage<'_>) -> Incoming {
+        Incoming {
+            topic: message.topic().to_owned(),
+            partition: message.partition(),
+            offset: message.offset(),
+            key: message.key().map(<[u8]>::to_vec),
+            payload: message.payload().unwrap_or_default().to_vec(),
+            traceparent: message.headers().and_then(|headers| {
+                headers.iter().find(|h| h.key == TRACEPARENT_HEADER).and_then(|h| trace_context(h.value?))
+            }),
+        }
+    }
+
+    pub(crate) fn reference(&self, biz_id: &str) -> MessageRef {
+        MessageRef {
+            topic: self.topic.clone(),
+            partition: self.partition,
+            offset: self.offset,
+            biz_id: biz_id.to_owned(),
+        }
+    }
+
+    fn source(&self) -> Source {
+        Source { topic: self.topic.clone(), partition: self.partition, offset: self.offset }
+    }
+}
+
+/// A message as a row to insert.
+#[derive(Debug)]
+pub(crate) struct Arrived {
+    pub saga: Saga,
+    /// Why the message is poison, if it is.
+    pub poison: Option<PayloadError>,
+}
+
+/// A poison message, the parked row it became, and why.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Poison<'a> {
+    pub message: &'a Incoming,
+    pub saga: &'a Saga,
+    pub error: &'a PayloadError,
+}
+
+/// Parses `message` into the row it becomes.
+pub(crate) fn arrive(message: &Incoming, now_ms: i64, saga_deadline_ms: i64) -> Arrived {
+    match OrderEvent::parse(&message.payload) {
+        Ok(event) => {
+            let mut saga = Saga::received(&event, message.source(), now_ms, now_ms.saturating_add(saga_deadline_ms));
+            saga.trace_context = message.traceparent.clone();
+            Arrived { saga, poison: None }
+        }
+        Err(error) => {
+            let payload = String::from_utf8_lossy(&message.payload).into_owned();
+            let mut saga = Saga::parked(message.source(), payload, &error, now_ms);
+            saga.trace_context = message.traceparent.clone();
+            Arrived { saga, poison: Some(error) }
+        }
+    }
+}
+
+/// One past the highest offset of each partition in `batch`: what to commit once it is durable.
+pub(crate) fn next_offsets(batch: &[Incoming]) -> BTreeMap<Partition, i64> {
+    let mut next = BTreeMap::new();
+    for message in batch {
+        let slot = next.entry((message.topic.clone(), message.partition)).or_insert(0);
+        *slot = (*slot).max(message.offset + 1);
+    }
+    next
+}
+
+/// Delivers a copy of each poison message to `topic`, with its error in a header, and waits
+/// for every acknowledgement. Copies are keyed like the original, so a replay tool can put the
+/// repaired message back on the same partition.
+pub(crate) async fn dead_letter(producer: &FutureProducer, topic: &str, poison: &[Poison<'_>]) -> Result<(), Error> {
+    let mut deliveries = Vec::with_capacity(poison.len());
+    for Poison { message, saga, error } in poison {
+        let error = error.to_string();
+        let source = format!("{}/{}@{}", message.topic, message.partition, message.offset);
+        let mut headers = OwnedHeaders::new_with_capacity(4)
+            .insert(Header { key: ERROR_HEADER, value: Some(error.as_str()) })
+            .insert(Header { key: SOURCE_HEADER, value: Some(source.as_str()) })
+            .insert(Header { key: BIZ_ID_HEADER, value: Some(saga.biz_id.as_str()) });
+        if let Some(trace) = &message.traceparent {
+            headers = headers.insert(Header { key: TRACEPARENT_HEADER, value: Some(trace.as_str()) });
+        }
+        let mut record = FutureRecord::<[u8], [u8]>::to(topic).payload(&message.payload).headers(headers);
+        if let Some(key) = &message.key {
+            record = record.key(key.as_slice());
+        }
+        // `send` waits for room in a full queue instead of failing at once; the delivery itself
+        // is bounded by the producer's `message.timeout.ms`.
+        deliveries.push(producer.send(record, Duration::from_secs(1)));
+    }
+    for (Poison { message, saga, error }, delivery) in poison.iter().zip(join_all(deliveries).await) {
+        if let Err((source, _)) = delivery {
+            let message = Box::new(message.reference(&saga.biz_id));
+            return Err(Error::DeadLetter { message, dead_letter_topic: topic.to_owned(), source });
+        }
+        tracing::warn!(
+            topic = %message.topic,
+            partition = message.partition,
+            offset = message.offset,
+            biz_id = %saga.biz_id,
+            %error,
+            "poison message parked and copied to the dead-letter topic"
+        );
+    }
+    Ok(())
+}
+
+/// The header's value as a trace context, if it plausibly is one.
+fn trace_context(value: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(value).ok()?.trim();
+    let plausible = !text.is_empty() && text.len() <= TRACEPARENT_LEN_MAX && text.bytes().all(|b| b.is_ascii_graphic());
+    plausible.then(|| text.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(offset: i64, payload: &str) -> Incoming {
+        Incoming {
+            topic: "orders".into(),
+            partition: 3,
+            offset,
+            key: None,
+            payload: payload.as_bytes().to_vec(),
+            traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()),
+        }
+    }
+
+    #[test]
+    fn valid_messages_are_received_and_poison_is_parked() {
+        let good = r#"{"order_no":"O-1","event_type":"PAID","lines":[{"sku":"SKU-0001","quantity":1}],"address":{"region":"CN-SH"}}"#;
+        let received = arrive(&message(7, good), 1_000, 60_000);
+        assert_eq!((received.saga.biz_id.as_str(), received.saga.status.as_str()), ("O-1:PAID", "RECEIVED"));
+        assert_eq!(received.saga.deadline_ms, 61_000);
+        assert!(received.saga.trace_context.is_some());
+        let poison = arrive(&message(8, "{not json"), 1_000, 60_000);
+        assert_eq!((poison.saga.biz_id.as_str(), poison.saga.status.as_str()), ("parked:orders:3:8", "PARKED"));
+        assert!(poison.saga.last_error.as_deref().is_some_and(|e| e.contains("not a valid order event")));
+    }
+
+    #[test]
+    fn next_offsets_are_one_past_the_highest_per_partition() {
+        let batch = [message(7, ""), message(9, ""), message(8, "")];
+        assert_eq!(next_offsets(&batch), BTreeMap::from([(("orders".to_owned(), 3), 10)]));
+    }
+
+    #[test]
+    fn only_plausible_trace_contexts_are_kept() {
+        assert_eq!(trace_context(b" 00-ab-cd-01 "), Some("00-ab-cd-01".to_owned()));
+        assert_eq!(trace_context(b"has space"), None);
+        assert_eq!(trace_context(&[b'a'; 200]), None);
+        assert_eq!(trace_context(b"\xff"), None);
+    }
+}

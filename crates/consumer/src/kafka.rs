@@ -1,0 +1,233 @@
+//! The consumer's Kafka clients: how the shared [`KafkaSection`] becomes librdkafka settings,
+//! and the consumer context that watches rebalances and owns the record of durable offsets.
+//!
+//! Offsets are committed by hand and only for messages whose rows are durable in the inbox
+//! (`enable.auto.commit=false`, `enable.auto.offset.store=false`). The context keeps, per
+//! assigned partition, the next offset that is safe to commit; on revoke it commits exactly
+//! that, synchronously, before the partition goes. Sagas already running keep running: the
+//! row, not the offset, is the record of work.
+//!
+//! Why a `StreamConsumer`: the pipeline waits on Kafka, on finished sagas and on shutdown at
+//! once (`tokio::select!`), without a thread of its own. Rebalance callbacks run inside
+//! `recv()`, which the pipeline calls continuously (also while paused), so they are served
+//! promptly, and never while a batch is half made durable.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use midflight_config::KafkaSection;
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::FutureProducer;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use crate::counters::Counters;
+use crate::error::Error;
+
+/// A partition of a topic.
+pub(crate) type Partition = (String, i32);
+
+/// The consumer client the pipeline uses.
+pub(crate) type Client = StreamConsumer<Context>;
+
+/// Watches rebalances and remembers which offsets are safe to commit.
+#[derive(Debug)]
+pub(crate) struct Context {
+    owner: String,
+    counters: Arc<Counters>,
+    state: Mutex<State>,
+    /// Bumped by every assignment change, so the pipeline can re-apply a pause to new partitions.
+    generation: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    assigned: BTreeSet<Partition>,
+    /// Per assigned partition: one past the last offset whose row is durable.
+    durable: BTreeMap<Partition, i64>,
+}
+
+impl Context {
+    pub(crate) fn new(owner: &str, counters: Arc<Counters>) -> Context {
+        Context { owner: owner.to_owned(), counters, state: Mutex::default(), generation: AtomicU64::new(0) }
+    }
+
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
+    }
+
+    /// Records `next` (last durable offset + 1) for each partition still assigned, and returns
+    /// those to commit. A partition revoked while its batch was being made durable is left out:
+    /// its new owner may have committed further already, and an older commit would move it back.
+    pub(crate) fn made_durable(&self, next: &BTreeMap<Partition, i64>) -> TopicPartitionList {
+        let mut state = self.state();
+        let mut list = TopicPartitionList::new();
+        for (partition, &offset) in next {
+            if !state.assigned.contains(partition) {
+                tracing::debug!(topic = %partition.0, partition = partition.1, "durable batch of a revoked partition; not committing");
+                continue;
+            }
+            let slot = state.durable.entry(partition.clone()).or_insert(offset);
+            *slot = (*slot).max(offset);
+            add(&mut list, partition, *slot);
+        }
+        list
+    }
+
+    /// Every durable offset of the current assignment.
+    pub(crate) fn durable(&self) -> TopicPartitionList {
+        let state = self.state();
+        let mut list = TopicPartitionList::new();
+        for (partition, offset) in &state.durable {
+            add(&mut list, partition, *offset);
+        }
+        list
+    }
+
+    /// The current assignment as a list (for pause and resume).
+    pub(crate) fn assignment(&self) -> TopicPartitionList {
+        let state = self.state();
+        let mut list = TopicPartitionList::new();
+        for (topic, partition) in &state.assigned {
+            list.add_partition(topic, *partition);
+        }
+        list
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding this lock leaves plain maps behind, still usable.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn revoked(&self, consumer: &BaseConsumer<Context>, list: &TopicPartitionList) {
+        let partitions = partitions(list);
+        let lost = consumer.assignment_lost();
+        let commit = {
+            let mut state = self.state();
+            let mut commit = TopicPartitionList::new();
+            for partition in &partitions {
+                state.assigned.remove(partition);
+                if let Some(offset) = state.durable.remove(partition) {
+                    add(&mut commit, partition, offset);
+                }
+            }
+            Counters::set(&self.counters.partitions_assigned, state.assigned.len() as u64);
+            commit
+        };
+        Counters::add(&self.counters.partitions_revoked, partitions.len() as u64);
+        self.generation.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(owner = %self.owner, revoked = %describe(&partitions), lost, "partitions revoked");
+        if lost || commit.count() == 0 {
+            // A lost assignment belongs to someone else already: a commit would be refused.
+            return;
+        }
+        let result = consumer.commit(&commit, CommitMode::Sync);
+        Counters::add(if result.is_ok() { &self.counters.commits } else { &self.counters.commit_failures }, 1);
+        if let Err(error) = result {
+            tracing::warn!(owner = %self.owner, %error, "commit on revoke failed; the new owner re-reads from the last commit and skips existing rows");
+        }
+    }
+
+    fn assigned(&self, list: &TopicPartitionList) {
+        let partitions = partitions(list);
+        let mut state = self.state();
+        state.assigned.extend(partitions.iter().cloned());
+        Counters::set(&self.counters.partitions_assigned, state.assigned.len() as u64);
+        drop(state);
+        self.generation.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(owner = %self.owner, assigned = %describe(&partitions), "partitions assigned");
+    }
+}
+
+impl ClientContext for Context {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
+                tracing::error!(facility, message, "librdkafka")
+            }
+            RDKafkaLogLevel::Warning => tracing::warn!(facility, message, "librdkafka"),
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => tracing::info!(facility, message, "librdkafka"),
+            RDKafkaLogLevel::Debug => tracing::debug!(facility, message, "librdkafka"),
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::warn!(owner = %self.owner, %error, reason, "kafka client error");
+    }
+}
+
+impl ConsumerContext for Context {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Revoke(list) => self.revoked(consumer, list),
+            Rebalance::Assign(_) => {}
+            Rebalance::Error(error) => tracing::warn!(owner = %self.owner, %error, "rebalance failed"),
+        }
+    }
+
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(list) = rebalance {
+            self.assigned(list);
+        }
+    }
+}
+
+/// The consumer of the order topic, not yet subscribed.
+pub(crate) fn consumer(section: &KafkaSection, owner: &str, context: Context) -> Result<Client, Error> {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", &section.bootstrap_servers)
+        .set("group.id", &section.group_id)
+        .set("client.id", owner)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        // A new group starts at the beginning: at-least-once means no message is skipped.
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", section.session_timeout_ms.to_string())
+        .set("max.poll.interval.ms", section.max_poll_interval_ms.to_string())
+        .set("group.protocol", &section.group_protocol);
+    if section.group_protocol == "classic" {
+        // Only moved partitions are revoked, so a join does not stop every instance's fetching.
+        // (KIP-848's `consumer` protocol assigns on the broker and refuses this setting.)
+        config.set("partition.assignment.strategy", "cooperative-sticky");
+    }
+    if let Some(instance_id) = &section.group_instance_id {
+        config.set("group.instance.id", instance_id);
+    }
+    for (key, value) in &section.properties {
+        config.set(key, value);
+    }
+    config.create_with_context(context).map_err(Error::kafka("create consumer"))
+}
+
+/// The idempotent producer of dead-letter copies and notifications.
+pub(crate) fn producer(section: &KafkaSection, owner: &str, delivery_timeout_ms: u64) -> Result<FutureProducer, Error> {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", &section.bootstrap_servers)
+        .set("client.id", format!("{owner}-producer"))
+        // No duplicates or reordering from the producer's own retries.
+        .set("enable.idempotence", "true")
+        .set("message.timeout.ms", delivery_timeout_ms.to_string());
+    for (key, value) in &section.properties {
+        config.set(key, value);
+    }
+    config.create().map_err(Error::kafka("create producer"))
+}
+
+fn add(list: &mut TopicPartitionList, (topic, partition): &Partition, offset: i64) {
+    // Adding a fresh partition with an explicit offset cannot fail.
+    let _ = list.add_partition_offset(topic, *partition, Offset::Offset(offset));
+}
+
+fn partitions(list: &TopicPartitionList) -> Vec<Partition> {
+    list.elements().iter().map(|e| (e.topic().to_owned(), e.partition())).collect()
+}
+
+fn describe(partitions: &[Partition]) -> String {
+    let parts: Vec<String> = partitions.iter().map(|(topic, partition)| format!("{topic}/{partition}")).collect();
+    parts.join(",")
+}

@@ -1,0 +1,507 @@
+//! The consumer end to end: the real run loop (`run_with`) against librdkafka's mock cluster,
+//! the mock WMS and logistics over gRPC on loopback, and the real store on SQLite and MariaDB.
+//! Every test checks the effects that really happened (the downstreams' ledgers, the calls
+//! sent, the committed offsets, the topics), not only the rows.
+//!
+//! Waits poll a condition against a deadline; nothing sleeps hoping something has happened.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use midflight_api::client::{Downstreams, LedgerEntry, LedgerKind};
+use midflight_consumer::{ConsumerConfig, Counters, Error, Snapshot};
+use midflight_driver::{Downstream, Driver, DriverSettings, Outcome};
+use midflight_model::{Address, Call, Line, Observation, OrderEvent, Rules, Saga, Source, Status, Step};
+use midflight_stack::kafka::{EmbeddedKafka, Record};
+use midflight_stack::{MethodFaults, MockDownstreams, MockOptions, fault};
+use midflight_store::testing::TestDb;
+use midflight_store::{Store, both_engines};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+const ORDERS: &str = "orders";
+const PARTITIONS: i32 = 8;
+/// Generous bound on any one wait: the box is small and shared.
+const WAIT: Duration = Duration::from_secs(60);
+
+// ---------------------------------------------------------------------------------------------
+// Harness
+// ---------------------------------------------------------------------------------------------
+
+/// Every effectful and querying call any consumer in a test sent, in order.
+#[derive(Clone)]
+struct Recorded {
+    inner: Downstreams,
+    calls: Arc<Mutex<Vec<(Call, String)>>>,
+}
+
+impl Downstream for Recorded {
+    async fn call(&self, call: Call, saga: &Saga, timeout: Duration) -> Observation {
+        self.calls.lock().expect("call log").push((call, saga.biz_id.clone()));
+        self.inner.call(call, saga, timeout).await
+    }
+}
+
+impl Recorded {
+    /// How many times `call` was sent for each biz_id.
+    fn count(&self, call: Call) -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        for (sent, biz_id) in self.calls.lock().expect("call log").iter() {
+            if *sent == call {
+                *counts.entry(biz_id.clone()).or_default() += 1;
+            }
+        }
+        counts
+    }
+}
+
+/// A cluster with the three topics, the mocks, and a recorder around their client.
+struct Harness {
+    kafka: EmbeddedKafka,
+    mocks: MockDownstreams,
+    downstream: Recorded,
+}
+
+impl Harness {
+    async fn start(options: MockOptions) -> Harness {
+        let kafka = EmbeddedKafka::start().expect("embedded kafka");
+        kafka.create_topic(ORDERS, PARTITIONS).expect("orders topic");
+        kafka.create_topic("notifications", 4).expect("notifications topic");
+        kafka.create_topic("orders.dlt", 1).expect("dead-letter topic");
+        let mocks = MockDownstreams::start(options).await;
+        let downstream = Recorded { inner: mocks.client(), calls: Arc::default() };
+        Harness { kafka, mocks, downstream }
+    }
+
+    fn config(&self, group: &str, instance: &str) -> ConsumerConfig {
+        let mut config = ConsumerConfig { kafka: self.kafka.section(group), ..ConsumerConfig::default() };
+        config.consumer.instance = instance.to_owned();
+        config.consumer.relay.idle_ms = 50;
+        config
+    }
+
+    fn start_consumer(&self, config: ConsumerConfig, store: &Store) -> Running {
+        let counters = Arc::new(Counters::default());
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(midflight_consumer::run_with(
+            config,
+            store.clone(),
+            self.downstream.clone(),
+            counters.clone(),
+            shutdown.clone(),
+        ));
+        Running { task, counters, shutdown }
+    }
+
+    async fn produce(&self, records: &[Record]) -> Vec<(i32, i64)> {
+        self.kafka.produce(ORDERS, records).await.expect("produce order events")
+    }
+
+    async fn produce_events(&self, events: &[OrderEvent]) -> Vec<(i32, i64)> {
+        self.produce(&events.iter().map(record).collect::<Vec<_>>()).await
+    }
+
+    async fn ledgers(&self) -> (Vec<LedgerEntry>, Vec<LedgerEntry>) {
+        let client = self.mocks.client();
+        let timeout = Duration::from_secs(5);
+        let wms = client.wms_ledger(0, 10_000, timeout).await.expect("wms ledger").0;
+        let logistics = client.logistics_ledger(0, 10_000, timeout).await.expect("logistics ledger").0;
+        (wms, logistics)
+    }
+
+    /// Every partition of the order topic committed up to its end.
+    async fn assert_all_committed(&self, group: &str) {
+        let ends = self.kafka.end_offsets(ORDERS).await.expect("end offsets");
+        let ends: BTreeMap<i32, i64> = ends.into_iter().filter(|(_, end)| *end > 0).collect();
+        let committed = self.kafka.committed(group, ORDERS).await.expect("committed offsets");
+        assert_eq!(committed, ends, "committed offsets must reach the end of every partition");
+    }
+}
+
+/// A consumer running the real loop in a task.
+struct Running {
+    task: JoinHandle<Result<(), Error>>,
+    counters: Arc<Counters>,
+    shutdown: CancellationToken,
+}
+
+impl Running {
+    fn snapshot(&self) -> Snapshot {
+        self.counters.snapshot()
+    }
+
+    /// Graceful shutdown; the run must end cleanly.
+    async fn stop(self) -> Snapshot {
+        self.shutdown.cancel();
+        let result = tokio::time::timeout(WAIT, self.task).await.expect("consumer stops in time");
+        result.expect("consumer task").expect("consumer ends cleanly");
+        self.counters.snapshot()
+    }
+}
+
+/// Polls `check` until it holds, failing with `what` and the last state after [`WAIT`].
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match check().await {
+            Ok(()) => return,
+            Err(state) if Instant::now() >= deadline => panic!("timed out waiting for {what}: {state}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(25)).await,
+        }
+    }
+}
+
+fn event(order_no: &str, event_type: &str) -> OrderEvent {
+    OrderEvent {
+        order_no: order_no.into(),
+        event_type: event_type.into(),
+        lines: vec![Line { sku: "SKU-0001".into(), quantity: 1 }],
+        address: Address {
+            region: "CN-ZJ".into(),
+            city: "Hangzhou".into(),
+            line: "1 West Lake Rd".into(),
+            postal_code: String::new(),
+        },
+        amount_cents: 1_200,
+    }
+}
+
+fn record(event: &OrderEvent) -> Record {
+    Record::keyed(&event.order_no, event.to_json())
+}
+
+fn orders(prefix: &str, count: usize) -> Vec<OrderEvent> {
+    (0..count).map(|n| event(&format!("{prefix}-{n:04}"), "PAID")).collect()
+}
+
+async fn statuses(store: &Store) -> BTreeMap<Status, u64> {
+    store.status_summary().await.expect("status summary").into_iter().map(|(s, n, _)| (s, n)).collect()
+}
+
+async fn saga(store: &Store, biz_id: &str) -> Saga {
+    store.get(biz_id).await.expect("read saga").unwrap_or_else(|| panic!("no row for {biz_id}"))
+}
+
+/// One effect per biz_id in a ledger, all under our deterministic request ids.
+fn assert_one_apply_each(ledger: &[LedgerEntry], events: &[OrderEvent], step: Step) {
+    let wanted: BTreeSet<String> = events.iter().map(|e| midflight_model::request_id(&e.biz_id(), step)).collect();
+    let applied: Vec<&str> =
+        ledger.iter().filter(|e| e.kind == LedgerKind::Apply).map(|e| e.request_id.as_str()).collect();
+    assert_eq!(applied.len(), wanted.len(), "one {step:?} effect per saga: {ledger:?}");
+    assert_eq!(applied.iter().map(|id| id.to_string()).collect::<BTreeSet<_>>(), wanted);
+    assert!(ledger.iter().all(|e| e.kind == LedgerKind::Apply), "nothing but effects: {ledger:?}");
+}
+
+/// Each biz_id was sent `call` exactly once, across every consumer and recovery in the test.
+fn assert_sent_once(downstream: &Recorded, call: Call, events: &[OrderEvent]) {
+    let counts = downstream.count(call);
+    let twice: Vec<_> = counts.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(twice.is_empty(), "{call:?} sent more than once: {twice:?}");
+    assert_eq!(counts.len(), events.len(), "{call:?} sent for every saga");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------------------------
+
+async fn orders_complete(db: &TestDb) {
+    let harness = Harness::start(MockOptions::default()).await;
+    let events = orders("E", 40);
+    let records: Vec<Record> = events.iter().map(record).collect();
+    harness.produce(&records).await;
+    let consumer = harness.start_consumer(harness.config("g1", "c1"), &db.store);
+    eventually("every saga DONE and its notification published", || async {
+        let snapshot = consumer.snapshot();
+        if snapshot.done == 40 && snapshot.published == 40 { Ok(()) } else { Err(format!("{snapshot:?}")) }
+    })
+    .await;
+    let snapshot = consumer.stop().await;
+    assert_eq!((snapshot.received, snapshot.fresh, snapshot.skipped, snapshot.parked), (40, 40, 0, 0));
+
+    assert_eq!(statuses(&db.store).await, BTreeMap::from([(Status::Done, 40)]));
+    let (wms, logistics) = harness.ledgers().await;
+    assert_one_apply_each(&wms, &events, Step::Wms);
+    assert_one_apply_each(&logistics, &events, Step::Logistics);
+    assert_sent_once(&harness.downstream, Call::LockStock, &events);
+    assert_sent_once(&harness.downstream, Call::CreateShipment, &events);
+    let outbox = db.store.outbox_rows().await.expect("outbox");
+    assert_eq!(outbox.len(), 40);
+    assert!(outbox.iter().all(|(_, published)| *published), "every outbox row published: {outbox:?}");
+    let notifications = harness.kafka.read_topic("notifications", WAIT).await.expect("notifications");
+    let keys: BTreeSet<String> = notifications.iter().filter_map(|n| n.key.clone()).collect();
+    assert_eq!(keys, events.iter().map(OrderEvent::biz_id).collect::<BTreeSet<_>>());
+    harness.assert_all_committed("g1").await;
+
+    // A consumer of another group reads everything again: every row exists and is terminal,
+    // so nothing is driven and nothing is sent.
+    let calls_before = harness.downstream.calls.lock().expect("call log").len();
+    let again = harness.start_consumer(harness.config("g2", "c2"), &db.store);
+    eventually("the redelivered messages skipped", || async {
+        let snapshot = again.snapshot();
+        if snapshot.skipped == 40 { Ok(()) } else { Err(format!("{snapshot:?}")) }
+    })
+    .await;
+    let snapshot = again.stop().await;
+    assert_eq!((snapshot.fresh, snapshot.claims), (0, 0));
+    assert_eq!(harness.downstream.calls.lock().expect("call log").len(), calls_before, "no call for a redelivery");
+}
+both_engines!(orders_complete_once_each, orders_complete);
+
+/// Stands in for the recovery worker (same driver, same claim): resumes every abandoned saga.
+async fn recover_abandoned(store: &Store, downstream: &Recorded) {
+    let recovery = Driver::new(
+        store.clone(),
+        downstream.clone(),
+        Rules::default(),
+        DriverSettings::default(),
+        "recovery-test".to_owned(),
+        "recovery:test".to_owned(),
+        CancellationToken::new(),
+    );
+    for saga in store.abandoned(1_000).await.expect("abandoned sagas") {
+        let outcome = recovery.claim_and_drive(&saga.biz_id).await;
+        assert!(matches!(outcome, Some(Outcome::Finished(Status::Done))), "{}: {outcome:?}", saga.biz_id);
+    }
+}
+
+async fn rebalance(db: &TestDb) {
+    // The user's downstream latencies, and a small in-flight bound, so that a backlog waits in
+    // Kafka and sagas are mid-flight while partitions move (and the pause is exercised).
+    let mut options =
+        MockOptions { wms_faults: fault("LockStock", MethodFaults::with_latency(60, 180)), ..MockOptions::default() };
+    options.logistics_faults = fault("CreateShipment", MethodFaults::with_latency(110, 320));
+    let harness = Harness::start(options).await;
+    let config = |instance: &str| {
+        let mut config = harness.config("g", instance);
+        (config.consumer.in_flight_max, config.consumer.resume_below) = (16, 8);
+        config
+    };
+    let waves: Vec<Vec<OrderEvent>> =
+        [200, 100, 100].iter().enumerate().map(|(w, n)| orders(&format!("W{w}"), *n)).collect();
+    let total = waves.iter().map(Vec::len).sum::<usize>() as u64;
+    let produce = |wave: usize| harness.produce_events(&waves[wave]);
+
+    let first = harness.start_consumer(config("first"), &db.store);
+    produce(0).await;
+    eventually("the first consumer owns every partition and is working", || async {
+        let s = first.snapshot();
+        if s.partitions_assigned == PARTITIONS as u64 && s.done >= 10 { Ok(()) } else { Err(format!("{s:?}")) }
+    })
+    .await;
+
+    // A second instance joins: cooperative-sticky moves some partitions to it.
+    let second = harness.start_consumer(config("second"), &db.store);
+    eventually("partitions moved from the first consumer to the second", || async {
+        let (a, b) = (first.snapshot(), second.snapshot());
+        if a.partitions_revoked > 0 && b.partitions_assigned > 0 {
+            Ok(())
+        } else {
+            Err(format!("first {a:?}\nsecond {b:?}"))
+        }
+    })
+    .await;
+    let before = first.snapshot().fresh;
+    produce(1).await;
+    eventually("both consumers take new messages", || async {
+        let (a, b) = (first.snapshot(), second.snapshot());
+        if a.fresh > before && b.fresh > 0 { Ok(()) } else { Err(format!("first {a:?}\nsecond {b:?}")) }
+    })
+    .await;
+
+    // The first leaves with work in flight: running sagas stop at a durable point, queued ones
+    // are released, and what is durable is committed.
+    let left = first.stop().await;
+    eventually("the second consumer owns every partition", || async {
+        let s = second.snapshot();
+        if s.partitions_assigned == PARTITIONS as u64 { Ok(()) } else { Err(format!("{s:?}")) }
+    })
+    .await;
+    produce(2).await;
+    eventually("every message has a row and the second consumer is idle", || async {
+        let s = second.snapshot();
+        let rows: u64 = statuses(&db.store).await.values().sum();
+        if rows == total && s.in_flight == 0 { Ok(()) } else { Err(format!("rows {rows}, {s:?}")) }
+    })
+    .await;
+    let kept = second.stop().await;
+    eprintln!("first consumer: {left:?}\nsecond consumer: {kept:?}");
+    assert!(left.pauses > 0, "the backlog hit the in-flight bound: {left:?}");
+    assert_eq!(left.fresh + kept.fresh, total, "every message inserted once: first {left:?}\nsecond {kept:?}");
+
+    // Whatever the first left mid-way is in the table, resumable by recovery: nothing lost.
+    recover_abandoned(&db.store, &harness.downstream).await;
+    assert_eq!(statuses(&db.store).await, BTreeMap::from([(Status::Done, total)]), "first {left:?}\nsecond {kept:?}");
+    let all: Vec<OrderEvent> = waves.concat();
+    let (wms, logistics) = harness.ledgers().await;
+    assert_one_apply_each(&wms, &all, Step::Wms);
+    assert_one_apply_each(&logistics, &all, Step::Logistics);
+    // Not only one effect: one request. Nothing was sent twice, by anyone.
+    assert_sent_once(&harness.downstream, Call::LockStock, &all);
+    assert_sent_once(&harness.downstream, Call::CreateShipment, &all);
+    harness.assert_all_committed("g").await;
+}
+both_engines!(rebalance_moves_partitions_without_loss_or_repeat, rebalance);
+
+async fn dropped_lock_answer(db: &TestDb) {
+    let drop_all = MethodFaults { drop_response: 1.0, ..MethodFaults::default() };
+    let harness =
+        Harness::start(MockOptions { wms_faults: fault("LockStock", drop_all), ..MockOptions::default() }).await;
+    let order = event("D-1", "PAID");
+    harness.produce(&[record(&order)]).await;
+    let consumer = harness.start_consumer(harness.config("g", "c1"), &db.store);
+    eventually("the saga handed off", || async {
+        let s = consumer.snapshot();
+        if s.handed_off == 1 { Ok(()) } else { Err(format!("{s:?}")) }
+    })
+    .await;
+    let snapshot = consumer.stop().await;
+    assert_eq!(snapshot.finished(), 0, "not failed, not rolled back: {snapshot:?}");
+
+    // The WMS applied the lock; the consumer heard nothing and left the intent for recovery.
+    let row = saga(&db.store, &order.biz_id()).await;
+    assert_eq!((row.status, row.attempts), (Status::WmsRequested, 1), "{row:?}");
+    assert!(row.last_error.is_some(), "the transport error is kept: {row:?}");
+    assert!(!row.lease_live(db.store.now_ms().await.expect("clock")), "lease released for recovery");
+    let (wms, logistics) = harness.ledgers().await;
+    assert_one_apply_each(&wms, std::slice::from_ref(&order), Step::Wms);
+    assert!(logistics.is_empty(), "no shipment without a confirmed lock");
+    let calls = harness.downstream.calls.lock().expect("call log").clone();
+    assert_eq!(calls, vec![(Call::LockStock, order.biz_id())], "one LockStock, under the one deterministic key");
+    harness.assert_all_committed("g").await;
+}
+both_engines!(apply_then_drop_on_lock_stays_requested, dropped_lock_answer);
+
+async fn same_order_in_one_batch(db: &TestDb) {
+    // Every lock takes ~80 ms, so overlapping sagas of one order would show in the log.
+    let options =
+        MockOptions { wms_faults: fault("LockStock", MethodFaults::with_latency(80, 80)), ..MockOptions::default() };
+    let harness = Harness::start(options).await;
+    let (paid, changed) = (event("S-1", "PAID"), event("S-1", "ADDRESS_CHANGED"));
+    let placed = harness.produce(&[record(&paid), record(&changed)]).await;
+    assert_eq!(placed[0].0, placed[1].0, "one order, one partition");
+    assert_eq!(placed[0].1 + 1, placed[1].1, "consecutive offsets");
+    let consumer = harness.start_consumer(harness.config("g", "c1"), &db.store);
+    eventually("both sagas DONE", || async {
+        let s = consumer.snapshot();
+        if s.done == 2 { Ok(()) } else { Err(format!("{s:?}")) }
+    })
+    .await;
+    let snapshot = consumer.stop().await;
+    assert_eq!((snapshot.received, snapshot.batches), (2, 1), "both events in one batch: {snapshot:?}");
+
+    let first = db.store.transitions(&paid.biz_id()).await.expect("first log");
+    let second = db.store.transitions(&changed.biz_id()).await.expect("second log");
+    let first_done = first.iter().find(|t| t.to == Status::Done).expect("first finished").at_ms;
+    let second_started = second.iter().find(|t| t.to != Status::Received).expect("second started").at_ms;
+    assert!(second_started >= first_done, "second started at {second_started}, first finished at {first_done}");
+    assert!(second.iter().all(|t| !t.is_takeover()), "the second ran straight through, in this process: {second:?}");
+}
+both_engines!(same_order_runs_one_at_a_time, same_order_in_one_batch);
+
+async fn poison_between_good(db: &TestDb) {
+    let harness = Harness::start(MockOptions::default()).await;
+    let goods = orders("P", 3);
+    let on_zero = |mut record: Record| {
+        record.partition = Some(0);
+        record
+    };
+    let mut invalid = serde_json::to_value(event("P-bad", "PAID")).expect("json");
+    invalid["lines"][0]["quantity"] = (-1).into();
+    let mut traced = on_zero(Record { payload: b"\xff not json".to_vec(), ..Record::default() });
+    traced.headers.push(("traceparent".into(), "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()));
+    let records = vec![
+        on_zero(record(&goods[0])),
+        traced,
+        on_zero(record(&goods[1])),
+        on_zero(Record::keyed("P-bad", serde_json::to_vec(&invalid).expect("json"))),
+        on_zero(record(&goods[2])),
+    ];
+    let placed = harness.produce(&records).await;
+    let consumer = harness.start_consumer(harness.config("g", "c1"), &db.store);
+    eventually("good sagas DONE, poison parked", || async {
+        let s = consumer.snapshot();
+        if s.done == 3 && s.parked == 2 { Ok(()) } else { Err(format!("{s:?}")) }
+    })
+    .await;
+    consumer.stop().await;
+
+    for good in &goods {
+        assert_eq!(saga(&db.store, &good.biz_id()).await.status, Status::Done);
+    }
+    let parked_ids = [placed[1], placed[3]].map(|(p, o)| format!("parked:{ORDERS}:{p}:{o}"));
+    let garbage = saga(&db.store, &parked_ids[0]).await;
+    assert_eq!(garbage.status, Status::Parked);
+    assert!(garbage.last_error.as_deref().is_some_and(|e| e.contains("not a valid order event")), "{garbage:?}");
+    assert!(garbage.trace_context.is_some(), "trace context kept with the parked row");
+    let invalid_row = saga(&db.store, &parked_ids[1]).await;
+    assert!(invalid_row.last_error.as_deref().is_some_and(|e| e.contains("lines[0].quantity")), "{invalid_row:?}");
+
+    let dead = harness.kafka.read_topic("orders.dlt", WAIT).await.expect("dead-letter topic");
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    assert_eq!(dead[0].payload, records[1].payload, "the copy carries the original payload");
+    assert_eq!(dead[1].key.as_deref(), Some("P-bad"), "and the original key");
+    assert!(dead[0].headers[midflight_consumer::ERROR_HEADER].contains("not a valid order event"), "{dead:?}");
+    assert_eq!(dead[1].headers[midflight_consumer::SOURCE_HEADER], format!("{ORDERS}/0@{}", placed[3].1));
+    assert_eq!(dead[1].headers[midflight_consumer::BIZ_ID_HEADER], parked_ids[1]);
+    harness.assert_all_committed("g").await;
+}
+both_engines!(poison_is_parked_and_the_partition_moves_on, poison_between_good);
+
+async fn expired_lease_redelivered(db: &TestDb) {
+    let harness = Harness::start(MockOptions::default()).await;
+    let order = event("X-1", "PAID");
+    let placed = harness.produce(&[record(&order)]).await;
+    // A consumer that died before committing: its row is in the table, its lease expired.
+    let now = db.store.now_ms().await.expect("clock");
+    let source = Source { topic: ORDERS.into(), partition: placed[0].0, offset: placed[0].1 };
+    let row = Saga::received(&order, source, now, now + 600_000);
+    db.store.insert_arrivals(&[row], "dead-consumer", 0, "consumer:dead-consumer").await.expect("insert");
+
+    let consumer = harness.start_consumer(harness.config("g", "c1"), &db.store);
+    eventually("the redelivered saga claimed and finished", || async {
+        let s = consumer.snapshot();
+        if s.done == 1 { Ok(()) } else { Err(format!("{s:?}")) }
+    })
+    .await;
+    let snapshot = consumer.stop().await;
+    assert_eq!((snapshot.fresh, snapshot.claims), (0, 1), "{snapshot:?}");
+    let log = db.store.transitions(&order.biz_id()).await.expect("log");
+    let takeover = log.iter().find(|t| t.is_takeover()).expect("a takeover in the log");
+    assert!(takeover.actor.starts_with("consumer:c1-"), "claimed by the consumer: {takeover:?}");
+    assert_eq!(takeover.lease_epoch, 2, "the claim bumped the fencing epoch");
+    assert_sent_once(&harness.downstream, Call::LockStock, std::slice::from_ref(&order));
+}
+both_engines!(redelivered_expired_lease_is_claimed, expired_lease_redelivered);
+
+#[tokio::test]
+async fn bad_config_is_refused_with_its_reason() {
+    let db = TestDb::fresh(midflight_store::testing::Engine::Sqlite).await.expect("sqlite");
+    let mut config = ConsumerConfig::default();
+    config.consumer.in_flight_max = 0;
+    let downstreams = MockDownstreams::start(MockOptions::default()).await.client();
+    let result = midflight_consumer::run_with(
+        config,
+        db.store.clone(),
+        downstreams,
+        Arc::new(Counters::default()),
+        CancellationToken::new(),
+    )
+    .await;
+    let message = result.expect_err("in_flight_max = 0 must be refused").to_string();
+    assert!(message.contains("consumer.in_flight_max must be in 1..=100000, got 0"), "{message}");
+
+    // The same through the loader a binary uses.
+    let sources = midflight_config::Sources {
+        overrides: vec!["consumer.in_flight_max=0".into(), "consumer.batch_linger_ms=5000".into()],
+        ..Default::default()
+    };
+    let message = midflight_config::load::<ConsumerConfig>(&sources).expect_err("refused").to_string();
+    assert!(message.contains("consumer.in_flight_max must be in 1..=100000, got 0"), "{message}");
+    assert!(message.contains("consumer.batch_linger_ms must be at most 1000, got 5000"), "{message}");
+}

@@ -1,0 +1,276 @@
+//! An embedded Kafka for tests, benchmarks and the demo: librdkafka's mock cluster (three
+//! brokers on loopback TCP), topics created through the mock's own API (it has no admin API),
+//! order events produced in bulk, and topics and committed offsets read back for checks.
+//!
+//! The cluster is hosted by a producer client configured with `test.mock.num.brokers`, so the
+//! cluster lives exactly as long as that client, which this type owns; other clients and other
+//! processes join it through [`EmbeddedKafka::bootstrap_servers`]. Hosting it this way (rather
+//! than `MockCluster::new`) keeps the type `Send + Sync` and gives access to the cluster handle
+//! for the one setting rdkafka does not wrap: the group's initial rebalance delay.
+//!
+//! Reads (`read_topic`, `committed`, `end_offsets`) use blocking librdkafka calls and run on
+//! the blocking pool, so they never stall a test's async workers.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use midflight_config::KafkaSection;
+use rdkafka::client::Client;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, KafkaResult};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
+
+/// Brokers in the embedded cluster: as many as the user's, so leader moves and replicated
+/// topics behave as they do there.
+pub const BROKERS: i32 = 3;
+/// Replication of the topics created here (one copy per broker).
+pub const REPLICATION: i32 = 3;
+/// The mock's default wait before the first assignment of a new group is 3 s; a test that
+/// starts a consumer needs none of it.
+pub const INITIAL_REBALANCE_DELAY_MS: i32 = 100;
+/// How long a test-friendly consumer may be silent before the group evicts it. The mock waits
+/// `session_timeout_ms - 1000` for members to rejoin on every join and leave, so this also sets
+/// how long a rebalance takes in a test (about 2 s).
+pub const TEST_SESSION_TIMEOUT_MS: u64 = 3_000;
+/// Heartbeats well inside the short session above.
+const TEST_HEARTBEAT_INTERVAL_MS: &str = "500";
+/// Deadline of one blocking metadata, watermark or offset request to the mock.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a read of a topic waits for one more message before giving up.
+const POLL_INTERVAL: Duration = Duration::from_millis(100);
+
+/// One message to produce.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Record {
+    /// The message key; order events are keyed by order number, so one order stays on one partition.
+    pub key: Option<String>,
+    pub payload: Vec<u8>,
+    /// An explicit partition, or `None` to let the key decide.
+    pub partition: Option<i32>,
+    pub headers: Vec<(String, String)>,
+}
+
+impl Record {
+    pub fn keyed(key: &str, payload: impl Into<Vec<u8>>) -> Record {
+        Record { key: Some(key.to_owned()), payload: payload.into(), ..Record::default() }
+    }
+}
+
+/// One message read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadRecord {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<String>,
+    pub payload: Vec<u8>,
+    pub headers: BTreeMap<String, String>,
+}
+
+/// A running mock cluster. Dropping it stops the brokers.
+pub struct EmbeddedKafka {
+    /// Hosts the cluster (and produces test input): the cluster dies with this client.
+    host: FutureProducer,
+    bootstrap: String,
+}
+
+impl std::fmt::Debug for EmbeddedKafka {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedKafka").field("bootstrap", &self.bootstrap).finish_non_exhaustive()
+    }
+}
+
+impl EmbeddedKafka {
+    /// Starts a cluster of [`BROKERS`] brokers with a short initial rebalance delay.
+    pub fn start() -> KafkaResult<EmbeddedKafka> {
+        let host: FutureProducer = ClientConfig::new()
+            .set("test.mock.num.brokers", BROKERS.to_string())
+            // Test input is produced in bulk; delivery is awaited together, so batching helps.
+            .set("linger.ms", "5")
+            .create()?;
+        let bootstrap = host
+            .client()
+            .mock_cluster()
+            .map(|cluster| cluster.bootstrap_servers())
+            .ok_or_else(|| KafkaError::ClientCreation("the host client has no mock cluster".to_owned()))?;
+        set_initial_rebalance_delay(host.client(), INITIAL_REBALANCE_DELAY_MS);
+        Ok(EmbeddedKafka { host, bootstrap })
+    }
+
+    pub fn bootstrap_servers(&self) -> &str {
+        &self.bootstrap
+    }
+
+    /// Creates a topic (replicated on every broker). The mock has no CreateTopics API.
+    pub fn create_topic(&self, topic: &str, partitions: i32) -> KafkaResult<()> {
+        let cluster = self
+            .host
+            .client()
+            .mock_cluster()
+            .ok_or_else(|| KafkaError::ClientCreation("the host client has no mock cluster".to_owned()))?;
+        cluster.create_topic(topic, partitions, REPLICATION)
+    }
+
+    /// Kafka settings for a service under test: this cluster, `group_id`, and a short session
+    /// so that joins and leaves complete in seconds.
+    pub fn section(&self, group_id: &str) -> KafkaSection {
+        let mut section = KafkaSection {
+            bootstrap_servers: self.bootstrap.clone(),
+            group_id: group_id.to_owned(),
+            session_timeout_ms: TEST_SESSION_TIMEOUT_MS,
+            ..KafkaSection::default()
+        };
+        section.properties.insert("heartbeat.interval.ms".to_owned(), TEST_HEARTBEAT_INTERVAL_MS.to_owned());
+        section
+    }
+
+    /// Produces `records` to `topic`, all sent before any is awaited (awaiting one by one is
+    /// two orders of magnitude slower), and returns each one's (partition, offset) in order.
+    pub async fn produce(&self, topic: &str, records: &[Record]) -> KafkaResult<Vec<(i32, i64)>> {
+        let mut deliveries = Vec::with_capacity(records.len());
+        for record in records {
+            let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
+            for (key, value) in &record.headers {
+                headers = headers.insert(Header { key, value: Some(value.as_bytes()) });
+            }
+            let mut future = FutureRecord::<str, [u8]>::to(topic).payload(&record.payload).headers(headers);
+            if let Some(key) = &record.key {
+                future = future.key(key.as_str());
+            }
+            if let Some(partition) = record.partition {
+                future = future.partition(partition);
+            }
+            deliveries.push(self.host.send_result(future).map_err(|(error, _)| error)?);
+        }
+        let mut placed = Vec::with_capacity(deliveries.len());
+        for delivery in join_all(deliveries).await {
+            let delivered = delivery.map_err(|_| KafkaError::Canceled)?.map_err(|(error, _)| error)?;
+            placed.push((delivered.partition, delivered.offset));
+        }
+        Ok(placed)
+    }
+
+    /// The high watermark (next offset) of every partition of `topic`.
+    pub async fn end_offsets(&self, topic: &str) -> KafkaResult<BTreeMap<i32, i64>> {
+        let (bootstrap, topic) = (self.bootstrap.clone(), topic.to_owned());
+        blocking(move || {
+            let consumer = reader(&bootstrap, None)?;
+            end_offsets(&consumer, &topic)
+        })
+        .await
+    }
+
+    /// The offsets `group` has committed on `topic`, per partition (partitions without a
+    /// commit are left out).
+    pub async fn committed(&self, group: &str, topic: &str) -> KafkaResult<BTreeMap<i32, i64>> {
+        let (bootstrap, group, topic) = (self.bootstrap.clone(), group.to_owned(), topic.to_owned());
+        blocking(move || {
+            let consumer = reader(&bootstrap, Some(&group))?;
+            let mut list = TopicPartitionList::new();
+            for partition in end_offsets(&consumer, &topic)?.keys() {
+                list.add_partition(&topic, *partition);
+            }
+            let committed = consumer.committed_offsets(list, REQUEST_TIMEOUT)?;
+            Ok(committed
+                .elements()
+                .iter()
+                .filter_map(|e| match e.offset() {
+                    Offset::Offset(offset) => Some((e.partition(), offset)),
+                    _ => None,
+                })
+                .collect())
+        })
+        .await
+    }
+
+    /// Every message of `topic` from the beginning up to its current end, in partition and
+    /// offset order; fails if they cannot all be read within `timeout`.
+    pub async fn read_topic(&self, topic: &str, timeout: Duration) -> KafkaResult<Vec<ReadRecord>> {
+        let (bootstrap, topic) = (self.bootstrap.clone(), topic.to_owned());
+        blocking(move || read_topic(&bootstrap, &topic, timeout)).await
+    }
+}
+
+/// Sets the mock's `group.initial.rebalance.delay.ms`, which rdkafka does not wrap.
+#[allow(unsafe_code)]
+fn set_initial_rebalance_delay<C: ClientContext>(client: &Client<C>, delay_ms: i32) {
+    // SAFETY: `native_ptr` is the live handle of `client`, borrowed for this whole call; the
+    // mock cluster it returns (null if none) is owned by that handle, and the setter takes the
+    // cluster's own lock, so calling it from any thread is allowed.
+    unsafe {
+        let cluster = rdkafka::bindings::rd_kafka_handle_mock_cluster(client.native_ptr());
+        if !cluster.is_null() {
+            rdkafka::bindings::rd_kafka_mock_group_initial_rebalance_delay_ms(cluster, delay_ms);
+        }
+    }
+}
+
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> KafkaResult<T> + Send + 'static) -> KafkaResult<T> {
+    tokio::task::spawn_blocking(work).await.map_err(|_| KafkaError::Canceled)?
+}
+
+/// A consumer for checks: no subscription, nothing committed by it.
+fn reader(bootstrap: &str, group: Option<&str>) -> KafkaResult<BaseConsumer> {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", bootstrap).set("enable.auto.commit", "false");
+    if let Some(group) = group {
+        config.set("group.id", group);
+    }
+    config.create()
+}
+
+fn end_offsets(consumer: &BaseConsumer, topic: &str) -> KafkaResult<BTreeMap<i32, i64>> {
+    let metadata = consumer.fetch_metadata(Some(topic), REQUEST_TIMEOUT)?;
+    let partitions: Vec<i32> = metadata.topics().iter().flat_map(|t| t.partitions().iter().map(|p| p.id())).collect();
+    let mut ends = BTreeMap::new();
+    for partition in partitions {
+        let (_, high) = consumer.fetch_watermarks(topic, partition, REQUEST_TIMEOUT)?;
+        ends.insert(partition, high);
+    }
+    Ok(ends)
+}
+
+fn read_topic(bootstrap: &str, topic: &str, timeout: Duration) -> KafkaResult<Vec<ReadRecord>> {
+    // librdkafka refuses `assign` without a group id; this one never joins or commits.
+    let group = format!("midflight-reader-{}", uuid::Uuid::new_v4().simple());
+    let consumer = reader(bootstrap, Some(&group))?;
+    let ends = end_offsets(&consumer, topic)?;
+    let mut list = TopicPartitionList::new();
+    for partition in ends.keys() {
+        list.add_partition_offset(topic, *partition, Offset::Beginning)?;
+    }
+    consumer.assign(&list)?;
+    let wanted: usize = ends.values().map(|&end| usize::try_from(end).unwrap_or(0)).sum();
+    let deadline = Instant::now() + timeout;
+    let mut records = Vec::with_capacity(wanted);
+    while records.len() < wanted {
+        if Instant::now() >= deadline {
+            return Err(KafkaError::MessageConsumption(rdkafka::types::RDKafkaErrorCode::RequestTimedOut));
+        }
+        let Some(message) = consumer.poll(POLL_INTERVAL) else { continue };
+        let message = message?;
+        if message.offset() >= ends.get(&message.partition()).copied().unwrap_or(0) {
+            continue;
+        }
+        let headers = message
+            .headers()
+            .map(|headers| {
+                headers
+                    .iter()
+                    .map(|h| (h.key.to_owned(), String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        records.push(ReadRecord {
+            partition: message.partition(),
+            offset: message.offset(),
+            key: message.key().map(|k| String::from_utf8_lossy(k).into_owned()),
+            payload: message.payload().unwrap_or_default().to_vec(),
+            headers,
+        });
+    }
+    records.sort_by_key(|r| (r.partition, r.offset));
+    Ok(records)
+}
