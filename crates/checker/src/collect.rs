@@ -55,10 +55,18 @@ impl Snapshot {
         }
         snapshot.outbox = store.outbox_rows().await?;
         snapshot.tickets = store.tickets(None, SNAPSHOT_ROWS_MAX as u64).await?;
-        snapshot.wms_ledger = ledger(|cursor| downstreams.wms_ledger(cursor, PAGE_ROWS as u32, timeout)).await?;
-        snapshot.logistics_ledger =
-            ledger(|cursor| downstreams.logistics_ledger(cursor, PAGE_ROWS as u32, timeout)).await?;
+        (snapshot.wms_ledger, snapshot.logistics_ledger) = Snapshot::collect_ledgers(downstreams, timeout).await?;
         Ok(snapshot)
+    }
+
+    /// Both downstream ledgers, whole: (WMS, logistics).
+    pub async fn collect_ledgers(
+        downstreams: &Downstreams,
+        timeout: Duration,
+    ) -> Result<(Vec<LedgerEntry>, Vec<LedgerEntry>), Error> {
+        let wms = ledger(|cursor| downstreams.wms_ledger(cursor, PAGE_ROWS as u32, timeout)).await?;
+        let logistics = ledger(|cursor| downstreams.logistics_ledger(cursor, PAGE_ROWS as u32, timeout)).await?;
+        Ok((wms, logistics))
     }
 }
 

@@ -19,7 +19,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-pub use sections::{DatabaseSection, GrpcClientSection, KafkaSection, ServerSection, TelemetrySection, redact_url};
+pub use sections::{
+    DatabaseSection, GrpcClientSection, KafkaSection, ServerSection, TelemetrySection, redact_url, with_database_name,
+};
 
 /// Prefix of the environment variables the loader reads.
 pub const ENV_PREFIX: &str = "MIDFLIGHT_";

@@ -136,6 +136,19 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// `server_url` (a MySQL URL) with its database name replaced by `name`.
+pub fn with_database_name(server_url: &str, name: &str) -> String {
+    let (base, query) = server_url.split_once('?').map_or((server_url, None), |(b, q)| (b, Some(q)));
+    let authority_end = base.find("://").map(|i| i + 3).unwrap_or(0);
+    let path_start = base[authority_end..].find('/').map(|i| authority_end + i).unwrap_or(base.len());
+    let mut url = format!("{}/{name}", &base[..path_start]);
+    if let Some(query) = query {
+        url.push('?');
+        url.push_str(query);
+    }
+    url
+}
+
 /// A gRPC client of a downstream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -19,8 +19,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use midflight_config::Sources;
 pub use midflight_config::Config;
+use midflight_config::Sources;
 use tokio_util::sync::CancellationToken;
 
 pub use telemetry::{Telemetry, init_telemetry};

@@ -274,3 +274,35 @@ fn read_topic(bootstrap: &str, topic: &str, timeout: Duration) -> KafkaResult<Ve
     records.sort_by_key(|r| (r.partition, r.offset));
     Ok(records)
 }
+
+/// Faults of the embedded cluster, and a producer-only handle on a cluster another process
+/// hosts (the lab's `stack produce`).
+impl EmbeddedKafka {
+    /// A client of a cluster hosted elsewhere: produce and read work; cluster faults do not.
+    pub fn connect(bootstrap_servers: &str) -> KafkaResult<EmbeddedKafka> {
+        let host: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap_servers)
+            .set("enable.idempotence", "true")
+            .create()?;
+        Ok(EmbeddedKafka { host, bootstrap: bootstrap_servers.to_owned() })
+    }
+
+    fn not_hosted() -> KafkaError {
+        KafkaError::ClientCreation("this client does not host the cluster".to_owned())
+    }
+
+    /// Takes broker `broker` (1..=BROKERS) down: its connections close and it refuses new ones.
+    pub fn broker_down(&self, broker: i32) -> KafkaResult<()> {
+        self.host.client().mock_cluster().ok_or_else(Self::not_hosted)?.broker_down(broker)
+    }
+
+    pub fn broker_up(&self, broker: i32) -> KafkaResult<()> {
+        self.host.client().mock_cluster().ok_or_else(Self::not_hosted)?.broker_up(broker)
+    }
+
+    /// Moves the leadership of one partition to `broker` (never to "no leader": the mock then
+    /// crashes the next producer, see ENVIRONMENT.md).
+    pub fn set_leader(&self, topic: &str, partition: i32, broker: i32) -> KafkaResult<()> {
+        self.host.client().mock_cluster().ok_or_else(Self::not_hosted)?.partition_leader(topic, partition, Some(broker))
+    }
+}

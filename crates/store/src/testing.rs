@@ -83,15 +83,7 @@ pub fn mysql_server_url() -> Option<String> {
 
 /// `server_url` with its database path replaced by `name`.
 pub fn with_database(server_url: &str, name: &str) -> String {
-    let (base, query) = server_url.split_once('?').map_or((server_url, None), |(b, q)| (b, Some(q)));
-    let authority_end = base.find("://").map(|i| i + 3).unwrap_or(0);
-    let path_start = base[authority_end..].find('/').map(|i| authority_end + i).unwrap_or(base.len());
-    let mut url = format!("{}/{name}", &base[..path_start]);
-    if let Some(query) = query {
-        url.push('?');
-        url.push_str(query);
-    }
-    url
+    midflight_config::with_database_name(server_url, name)
 }
 
 async fn connect(url: &str) -> Store {

@@ -1,0 +1,171 @@
+//! The user's design at the time of the incident, as a consumer process, so the demo can show
+//! the double deduction happening before showing it gone.
+//!
+//! Faithful to MISSION.md: one message at a time; step 1 writes the business row with
+//! status PROCESSING under the unique biz_id; steps 2 and 3 call the WMS and logistics with a
+//! key made fresh for each attempt (the WMS deduplicated on its own key anyway); DONE; then the
+//! offset is committed. A failed call is retried (fresh key again). A message redelivered after
+//! a crash or rebalance finds PROCESSING, cannot tell which steps happened, and runs them all
+//! again. Nothing here is midflight: it is the baseline the product is measured against.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use midflight_api::client::Downstreams;
+use midflight_config::{Config, DatabaseSection, GrpcClientSection, KafkaSection, TelemetrySection};
+use midflight_model::{Call, Observation, OrderEvent, Saga, Source};
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::{ClientConfig, Message};
+use sea_orm::{ConnectionTrait, Database, DatabaseConnection, Statement};
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+/// Attempts at one message before the legacy consumer gives up on it (and leaves it PROCESSING).
+const ATTEMPTS_MAX: u32 = 20;
+/// Pause between attempts.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LegacyConfig {
+    pub instance: String,
+    pub kafka: KafkaSection,
+    pub database: DatabaseSection,
+    pub wms: GrpcClientSection,
+    pub logistics: GrpcClientSection,
+    pub telemetry: TelemetrySection,
+}
+
+impl Config for LegacyConfig {
+    fn problems(&self) -> Vec<String> {
+        let mut problems = self.kafka.problems("kafka");
+        problems.extend(self.database.problems("database"));
+        problems.extend(self.wms.problems("wms"));
+        problems.extend(self.logistics.problems("logistics"));
+        problems
+    }
+}
+
+impl midflight_service::ServiceConfig for LegacyConfig {
+    fn telemetry(&self) -> &TelemetrySection {
+        &self.telemetry
+    }
+}
+
+/// The old design's business table: the only state it kept.
+const TABLE: &str =
+    "CREATE TABLE IF NOT EXISTS legacy_orders (biz_id VARCHAR(191) NOT NULL PRIMARY KEY, status VARCHAR(16) NOT NULL)";
+
+pub async fn run(config: LegacyConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let db = Database::connect(config.database.url.as_str()).await.context("legacy: cannot connect")?;
+    db.execute_unprepared(TABLE).await?;
+    let downstreams = Downstreams::connect_lazy(&config.wms, &config.logistics)?;
+    let consumer: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &config.kafka.bootstrap_servers)
+        .set("group.id", &config.kafka.group_id)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", config.kafka.session_timeout_ms.to_string())
+        .set("heartbeat.interval.ms", "500")
+        .create()
+        .context("legacy: cannot create the consumer")?;
+    consumer.subscribe(&[&config.kafka.order_topic])?;
+    let timeout = Duration::from_millis(config.wms.request_timeout_ms);
+    loop {
+        let message = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            message = consumer.recv() => message?,
+        };
+        let payload = message.payload().unwrap_or_default().to_vec();
+        let source =
+            Source { topic: message.topic().to_owned(), partition: message.partition(), offset: message.offset() };
+        if let Ok(event) = OrderEvent::parse(&payload) {
+            process(&db, &downstreams, &event, source, timeout, &shutdown).await?;
+        }
+        consumer.commit_message(&message, CommitMode::Sync)?;
+    }
+    Ok(())
+}
+
+async fn process(
+    db: &DatabaseConnection,
+    downstreams: &Downstreams,
+    event: &OrderEvent,
+    source: Source,
+    timeout: Duration,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    let biz_id = event.biz_id();
+    match status(db, &biz_id).await? {
+        Some(status) if status == "DONE" => return Ok(()),
+        // PROCESSING: a previous attempt got somewhere, nobody knows where. Run everything.
+        Some(_) => tracing::warn!(biz_id, "found PROCESSING; re-running all steps"),
+        None => {
+            let insert = Statement::from_sql_and_values(
+                db.get_database_backend(),
+                "INSERT INTO legacy_orders (biz_id, status) VALUES (?, 'PROCESSING')",
+                [biz_id.clone().into()],
+            );
+            db.execute_raw(insert).await?;
+        }
+    }
+    let mut saga = Saga::received(event, source, 0, i64::MAX);
+    for attempt in 1..=ATTEMPTS_MAX {
+        if shutdown.is_cancelled() {
+            return Ok(());
+        }
+        // A fresh key per attempt, as the user's consumer did.
+        let key = uuid::Uuid::new_v4().simple().to_string();
+        saga.wms_request_id = Some(format!("legacy-{key}"));
+        saga.logistics_request_id = Some(format!("legacy-{key}"));
+        let locked = downstreams.call(Call::LockStock, &saga, timeout).await;
+        if !matches!(locked, Observation::Wms(midflight_model::WmsAnswer::Locked)) {
+            tracing::warn!(biz_id, attempt, answer = %locked.label(), "step 2 failed; retrying the message");
+            tokio::time::sleep(RETRY_PAUSE).await;
+            continue;
+        }
+        let shipped = downstreams.call(Call::CreateShipment, &saga, timeout).await;
+        if !matches!(shipped, Observation::Logistics(midflight_model::LogisticsAnswer::Created { .. })) {
+            tracing::warn!(biz_id, attempt, answer = %shipped.label(), "step 3 failed; retrying the message");
+            tokio::time::sleep(RETRY_PAUSE).await;
+            continue;
+        }
+        let done = Statement::from_sql_and_values(
+            db.get_database_backend(),
+            "UPDATE legacy_orders SET status = 'DONE' WHERE biz_id = ?",
+            [biz_id.clone().into()],
+        );
+        db.execute_raw(done).await?;
+        return Ok(());
+    }
+    tracing::error!(biz_id, "giving up; the order stays PROCESSING");
+    Ok(())
+}
+
+async fn status(db: &DatabaseConnection, biz_id: &str) -> anyhow::Result<Option<String>> {
+    let query = Statement::from_sql_and_values(
+        db.get_database_backend(),
+        "SELECT status FROM legacy_orders WHERE biz_id = ?",
+        [biz_id.into()],
+    );
+    let row = db.query_one_raw(query).await?;
+    Ok(row.map(|r| r.try_get::<String>("", "status")).transpose()?)
+}
+
+/// Orders per legacy status, for the report.
+pub async fn statuses(url: &str) -> anyhow::Result<Vec<(String, usize)>> {
+    let db = Database::connect(url).await?;
+    db.execute_unprepared(TABLE).await?;
+    let rows = db
+        .query_all_raw(Statement::from_string(
+            db.get_database_backend(),
+            "SELECT status, COUNT(*) AS n FROM legacy_orders GROUP BY status",
+        ))
+        .await?;
+    let mut out = Vec::new();
+    for row in rows {
+        out.push((row.try_get::<String>("", "status")?, row.try_get::<i64>("", "n")? as usize));
+    }
+    db.close().await.ok();
+    Ok(out)
+}

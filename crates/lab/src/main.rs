@@ -1,0 +1,102 @@
+//! `midflight-lab`: runs midflight as separate OS processes on one machine. `cargo xtask`
+//! builds it and forwards `demo`, `scenario`, `chaos`, `stack` and `bench` to it; the
+//! `legacy-consumer` command is the old design's consumer, started by the lab itself.
+
+mod chaos;
+mod demo;
+mod legacy;
+mod process;
+mod proxy;
+mod report;
+mod run;
+mod scenario;
+mod stack;
+mod system;
+mod workload;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "midflight-lab", about = "Runs midflight as separate processes and checks every run")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The incident, with the legacy design and with midflight.
+    Demo(demo::DemoArgs),
+    /// One scenario of the catalogue (`--list` to list them).
+    Scenario(scenario::ScenarioArgs),
+    /// A random fault campaign, fully determined by its seed.
+    Chaos(chaos::ChaosArgs),
+    /// Leave the local stack running (`up`), or stop it (`down`).
+    Stack(stack::StackArgs),
+    /// The legacy design's consumer process (started by the lab).
+    #[command(hide = true)]
+    LegacyConsumer {
+        #[arg(long)]
+        config: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("midflight-lab: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let outcome = runtime.block_on(async move {
+        match cli.command {
+            Command::Demo(args) => {
+                init_logs();
+                demo::demo(args).await
+            }
+            Command::Scenario(args) => {
+                init_logs();
+                scenario::run(args).await
+            }
+            Command::Chaos(args) => {
+                init_logs();
+                chaos::run(args).await
+            }
+            Command::Stack(args) => stack::run(args).await,
+            Command::LegacyConsumer { config } => legacy_consumer(config).await.map(|()| true),
+        }
+    });
+    match outcome {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(error) => {
+            eprintln!("midflight-lab: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn legacy_consumer(path: PathBuf) -> anyhow::Result<()> {
+    let sources = midflight_config::Sources { file: Some(path), ..Default::default() };
+    let config: legacy::LegacyConfig = midflight_config::load(&sources)?;
+    let _telemetry = midflight_service::init_telemetry("legacy-consumer", &config.telemetry)?;
+    let shutdown = midflight_service::shutdown_on_signals();
+    legacy::run(config, shutdown).await
+}
+
+/// The lab's own log lines: warnings only, so the progress and the report stay readable.
+fn init_logs() {
+    let filter =
+        tracing_subscriber::EnvFilter::try_new("warn").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).compact().init();
+}
+
+/// Seconds since the Unix epoch, to name run directories.
+pub fn timestamp() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}

@@ -1,0 +1,345 @@
+//! Running a system through a workload and a fault schedule, waiting for quiescence, and
+//! checking the result: the one loop behind the demo, every scenario and the chaos campaign.
+
+use std::collections::BTreeSet;
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use midflight_checker::{Expected, Snapshot, check, effects_by_order};
+use midflight_mock::FaultPlan;
+use serde::Deserialize;
+
+use crate::process::Signal;
+use crate::report::RunReport;
+use crate::system::{DEAD_LETTER_TOPIC, NOTIFICATION_TOPIC, System, SystemSpec};
+use crate::workload::Workload;
+
+/// How often the runner looks at the clock, the table and the schedule.
+const TICK: Duration = Duration::from_millis(100);
+/// How long reading back a topic may wait for its last messages.
+const TOPIC_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// When an action fires. Actions fire in the order they are listed; each waits for its trigger
+/// after the one before it has fired.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    /// Milliseconds after the workload was produced.
+    AtMs(u64),
+    /// Once this share (0..1) of the messages reached a terminal state.
+    AtProgress(f64),
+    /// Milliseconds after the previous action fired.
+    AfterMs(u64),
+}
+
+/// Something the lab does to the running system.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "do")]
+pub enum Action {
+    /// SIGKILL a process (a crash mid-flight).
+    Kill {
+        target: String,
+    },
+    /// SIGSTOP a process (it keeps its state and wakes as a zombie).
+    Pause {
+        target: String,
+    },
+    /// SIGCONT a paused process.
+    Resume {
+        target: String,
+    },
+    /// SIGTERM a process and wait for it (graceful stop).
+    Stop {
+        target: String,
+    },
+    /// Start a process again (or a new consumer, `consumer-<n>`).
+    Start {
+        target: String,
+    },
+    WmsFaults {
+        plan: FaultPlan,
+    },
+    LogisticsFaults {
+        plan: FaultPlan,
+    },
+    BrokerDown {
+        broker: i32,
+    },
+    BrokerUp {
+        broker: i32,
+    },
+    /// Move the leadership of an order-topic partition to another broker.
+    LeaderChange {
+        partition: i32,
+        broker: i32,
+    },
+    /// Cut every service's database connections for `ms` (needs the database proxy).
+    DatabaseOutage {
+        ms: u64,
+    },
+    /// Produce more orders (a new wave, with order numbers of its own).
+    Produce {
+        orders: usize,
+        seed: u64,
+    },
+}
+
+impl Action {
+    fn describe(&self) -> String {
+        match self {
+            Action::Kill { target } => format!("kill -9 {target}"),
+            Action::Pause { target } => format!("SIGSTOP {target}"),
+            Action::Resume { target } => format!("SIGCONT {target}"),
+            Action::Stop { target } => format!("SIGTERM {target}"),
+            Action::Start { target } => format!("start {target}"),
+            Action::WmsFaults { .. } => "wms fault plan changed".to_owned(),
+            Action::LogisticsFaults { .. } => "logistics fault plan changed".to_owned(),
+            Action::BrokerDown { broker } => format!("broker {broker} down"),
+            Action::BrokerUp { broker } => format!("broker {broker} up"),
+            Action::LeaderChange { partition, broker } => format!("partition {partition} leader -> broker {broker}"),
+            Action::DatabaseOutage { ms } => format!("database unreachable for {ms} ms"),
+            Action::Produce { orders, .. } => format!("produce {orders} more orders"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scheduled {
+    pub when: Trigger,
+    pub action: Action,
+}
+
+impl Action {
+    /// Whether the action is a fault (counted in the report) rather than a repair or more load.
+    fn is_fault(&self) -> bool {
+        match self {
+            Action::Resume { .. } | Action::Start { .. } | Action::BrokerUp { .. } | Action::Produce { .. } => false,
+            Action::WmsFaults { plan } | Action::LogisticsFaults { plan } => *plan != FaultPlan::default(),
+            _ => true,
+        }
+    }
+}
+
+/// A run: the system, the workload, the schedule and how long to wait.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub spec: SystemSpec,
+    pub workload: Workload,
+    pub schedule: Vec<Scheduled>,
+    /// After the last action, how long the system may take to settle.
+    pub settle: Duration,
+}
+
+pub async fn execute(plan: Plan) -> anyhow::Result<RunReport> {
+    let name = plan.spec.name.clone();
+    let legacy = plan.spec.legacy;
+    println!("{name}: starting {} process(es)", plan.spec.consumers + plan.spec.recovery_workers + 2);
+    let mut system = System::start(plan.spec.clone()).await?;
+    let mut expected = plan.workload.produce(&system.kafka).await.context("cannot produce the workload")?;
+    println!("{name}: produced {} message(s); running", expected.messages());
+    let started = Instant::now();
+    let progress = progress_bar(&name, expected.messages());
+    let mut pending: std::collections::VecDeque<Scheduled> = plan.schedule.iter().cloned().collect();
+    let mut last_fired = Instant::now();
+    let mut faults_injected = 0;
+    let mut intentional: BTreeSet<String> = BTreeSet::new();
+    let mut settle_from = Instant::now();
+    let mut quiescent = false;
+    let mut last_line = Instant::now();
+    loop {
+        let done = settled(&system, &expected, legacy).await?;
+        progress.set_position(done as u64);
+        let elapsed_ms = started.elapsed().as_millis() as u64;
+        let share = done as f64 / expected.messages().max(1) as f64;
+        while let Some(next) = pending.front() {
+            let since_last_ms = last_fired.elapsed().as_millis() as u64;
+            if !is_due(next.when, elapsed_ms, share, since_last_ms) {
+                break;
+            }
+            let Some(scheduled) = pending.pop_front() else { break };
+            progress.println(format!(
+                "{name}: t={:.1}s {}",
+                started.elapsed().as_secs_f64(),
+                scheduled.action.describe()
+            ));
+            if let Action::Produce { orders, seed } = &scheduled.action {
+                let wave = Workload::orders(*seed, *orders, &format!("{}-W{seed}", plan.workload.prefix));
+                let more = wave.produce(&system.kafka).await?;
+                expected.orders.extend(more.orders);
+                progress.set_length(expected.messages() as u64);
+            } else {
+                apply(&mut system, &scheduled.action, &mut intentional).await?;
+            }
+            faults_injected += usize::from(scheduled.action.is_fault());
+            last_fired = Instant::now();
+            settle_from = Instant::now();
+        }
+        if pending.is_empty() && done >= expected.messages() && drained(&system, legacy).await? {
+            quiescent = true;
+            break;
+        }
+        if pending.is_empty() && settle_from.elapsed() > plan.settle {
+            break;
+        }
+        if !std::io::stderr().is_terminal() && last_line.elapsed() > Duration::from_secs(5) {
+            println!("{name}: {done}/{} settled after {:.0} s", expected.messages(), started.elapsed().as_secs_f64());
+            last_line = Instant::now();
+        }
+        tokio::time::sleep(TICK).await;
+    }
+    progress.finish_and_clear();
+    let seconds = started.elapsed().as_secs_f64();
+    let mut notes = crashes(&mut system, &intentional);
+    let mut report = if legacy {
+        legacy_report(&system, &expected, &name).await?
+    } else {
+        let mut snapshot = Snapshot::collect(&system.store, &system.downstreams()?, Duration::from_secs(30)).await?;
+        snapshot.notifications = Some(keys(&system, NOTIFICATION_TOPIC).await?);
+        snapshot.dead_letters = Some(dead_letter_ids(&system).await?);
+        RunReport::from_check(&name, check(&snapshot, &expected))
+    };
+    system.shutdown();
+    report.faults_injected = faults_injected;
+    report.seconds_to_quiescence = seconds;
+    report.quiescent = quiescent;
+    report.notes.append(&mut notes);
+    report.notes.push(format!("logs and databases: {}", system.dir.display()));
+    Ok(report)
+}
+
+fn is_due(trigger: Trigger, elapsed_ms: u64, share: f64, since_last_ms: u64) -> bool {
+    match trigger {
+        Trigger::AtMs(at) => elapsed_ms >= at,
+        Trigger::AtProgress(at) => share >= at,
+        Trigger::AfterMs(after) => since_last_ms >= after,
+    }
+}
+
+async fn apply(system: &mut System, action: &Action, intentional: &mut BTreeSet<String>) -> anyhow::Result<()> {
+    match action {
+        // Signals to a process that is not running (already killed by an earlier fault) are
+        // skipped: a random schedule may well pick the same victim twice.
+        Action::Kill { target } if system.processes.is_running(target) => {
+            intentional.insert(target.clone());
+            system.signal(target, Signal::Kill)?;
+        }
+        Action::Pause { target } if system.processes.is_running(target) => system.signal(target, Signal::Stop)?,
+        Action::Resume { target } if system.processes.is_running(target) => system.signal(target, Signal::Cont)?,
+        Action::Stop { target } if system.processes.is_running(target) => {
+            intentional.insert(target.clone());
+            system.signal(target, Signal::Cont)?;
+            system.processes.stop(target)?;
+        }
+        Action::Kill { .. } | Action::Pause { .. } | Action::Resume { .. } | Action::Stop { .. } => {}
+        Action::Start { target } => {
+            if !system.processes.is_running(target) {
+                start(system, target)?;
+            }
+        }
+        Action::WmsFaults { plan } => system.set_wms_faults(plan).await?,
+        Action::LogisticsFaults { plan } => system.set_logistics_faults(plan).await?,
+        Action::BrokerDown { broker } => system.kafka.broker_down(*broker)?,
+        Action::BrokerUp { broker } => system.kafka.broker_up(*broker)?,
+        Action::LeaderChange { partition, broker } => {
+            system.kafka.set_leader(crate::system::ORDER_TOPIC, *partition, *broker)?;
+        }
+        Action::DatabaseOutage { ms } => {
+            let proxy = system.proxy.as_ref().context("database_outage needs the database proxy (needs_mysql)")?;
+            proxy.outage(Duration::from_millis(*ms));
+        }
+        Action::Produce { .. } => {}
+    }
+    Ok(())
+}
+
+fn start(system: &mut System, target: &str) -> anyhow::Result<()> {
+    if let Some(index) = target.strip_prefix("consumer-").and_then(|n| n.parse().ok()) {
+        return system.start_consumer(index);
+    }
+    if let Some(index) = target.strip_prefix("recovery-").and_then(|n| n.parse().ok()) {
+        return system.start_recovery(index);
+    }
+    system.processes.restart(target).map(|_| ())
+}
+
+/// Messages settled: terminal saga rows (ours) or DONE business rows (legacy).
+async fn settled(system: &System, expected: &Expected, legacy: bool) -> anyhow::Result<usize> {
+    if legacy {
+        let statuses = crate::legacy::statuses(&system.database_url).await?;
+        let done = statuses.iter().find(|(s, _)| s == "DONE").map_or(0, |(_, n)| *n);
+        return Ok(done + expected.poison.len());
+    }
+    let summary = system.store.status_summary().await?;
+    Ok(summary.iter().filter(|(status, _, _)| status.is_terminal()).map(|(_, n, _)| *n as usize).sum())
+}
+
+/// Nothing left in flight: no non-terminal saga and no unpublished notification.
+async fn drained(system: &System, legacy: bool) -> anyhow::Result<bool> {
+    if legacy {
+        return Ok(true);
+    }
+    let summary = system.store.status_summary().await?;
+    let active = summary.iter().any(|(status, n, _)| !status.is_terminal() && *n > 0);
+    Ok(!active && system.store.outbox_pending().await? == 0)
+}
+
+/// Children that exited without the schedule killing or stopping them.
+fn crashes(system: &mut System, intentional: &BTreeSet<String>) -> Vec<String> {
+    system
+        .processes
+        .exited()
+        .into_iter()
+        .filter(|(name, _)| !intentional.contains(name))
+        .map(|(name, code)| format!("crash: {name} exited on its own (status {code:?}); see its log"))
+        .collect()
+}
+
+async fn keys(system: &System, topic: &str) -> anyhow::Result<Vec<String>> {
+    let records = system.kafka.read_topic(topic, TOPIC_READ_TIMEOUT).await?;
+    Ok(records.into_iter().filter_map(|r| r.key).collect())
+}
+
+/// The parked biz_ids the dead-letter copies name in their header.
+async fn dead_letter_ids(system: &System) -> anyhow::Result<Vec<String>> {
+    let records = system.kafka.read_topic(DEAD_LETTER_TOPIC, TOPIC_READ_TIMEOUT).await?;
+    Ok(records.into_iter().filter_map(|r| r.headers.get(midflight_consumer::BIZ_ID_HEADER).cloned()).collect())
+}
+
+/// The legacy design has no saga table: report what its business table and the ledgers say.
+async fn legacy_report(system: &System, expected: &Expected, name: &str) -> anyhow::Result<RunReport> {
+    let statuses = crate::legacy::statuses(&system.database_url).await?;
+    let client = system.downstreams()?;
+    let wms = midflight_checker::Snapshot::collect_ledgers(&client, Duration::from_secs(30)).await?;
+    let mut report = RunReport { name: name.to_owned(), messages: expected.orders.len(), ..RunReport::default() };
+    report.by_status = statuses.iter().cloned().collect();
+    let done = statuses.iter().find(|(s, _)| s == "DONE").map_or(0, |(_, n)| *n);
+    report.lost = expected.orders.len().saturating_sub(done);
+    for (what, ledger) in [("wms lock", &wms.0), ("shipment", &wms.1)] {
+        for (order_no, count) in effects_by_order(ledger) {
+            if count > 1 {
+                report.duplicate_effects += count - 1;
+                report.violations.push(midflight_checker::Violation {
+                    invariant: "I1",
+                    biz_id: order_no,
+                    message: format!("{count} {what}s in force for one order"),
+                    evidence: "legacy design: a fresh key per attempt".to_owned(),
+                });
+            }
+        }
+    }
+    Ok(report)
+}
+
+fn progress_bar(name: &str, total: usize) -> ProgressBar {
+    let bar = ProgressBar::new(total as u64);
+    if let Ok(style) = ProgressStyle::with_template("{prefix} [{elapsed_precise}] {bar:40} {pos}/{len} settled") {
+        bar.set_style(style);
+    }
+    bar.set_prefix(name.to_owned());
+    if !std::io::stderr().is_terminal() {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    bar
+}

@@ -1,0 +1,247 @@
+//! The scenario catalogue: one TOML file per scenario under `crates/lab/scenarios/`, compiled
+//! into the lab. Each file's header says the fault, the invariants checked and how; its body
+//! is the system's shape, the workload, the fault schedule and what must be seen besides the
+//! checker's verdict (so a scenario whose fault never bit cannot pass by doing nothing).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use midflight_mock::FaultPlan;
+use serde::Deserialize;
+
+use crate::report::RunReport;
+use crate::run::{Action, Plan, Scheduled, Trigger, execute};
+use crate::system::SystemSpec;
+use crate::workload::Workload;
+
+/// Every scenario, by file name.
+pub const CATALOGUE: [(&str, &str); 11] = [
+    ("incident", include_str!("../scenarios/incident.toml")),
+    ("kill-after-lock-sent", include_str!("../scenarios/kill-after-lock-sent.toml")),
+    ("zombie-consumer", include_str!("../scenarios/zombie-consumer.toml")),
+    ("recovery-races-consumer", include_str!("../scenarios/recovery-races-consumer.toml")),
+    ("logistics-rejection", include_str!("../scenarios/logistics-rejection.toml")),
+    ("reversal-refused", include_str!("../scenarios/reversal-refused.toml")),
+    ("wms-down", include_str!("../scenarios/wms-down.toml")),
+    ("database-loss", include_str!("../scenarios/database-loss.toml")),
+    ("broker-faults", include_str!("../scenarios/broker-faults.toml")),
+    ("poison", include_str!("../scenarios/poison.toml")),
+    ("rebalance-storm", include_str!("../scenarios/rebalance-storm.toml")),
+];
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ScenarioArgs {
+    /// The scenario to run, or `all`.
+    pub name: Option<String>,
+    /// List the catalogue with each scenario's header.
+    #[arg(long)]
+    pub list: bool,
+    /// A MySQL server URL to run on; SQLite files otherwise (`database-loss` always needs one).
+    #[arg(long, env = "MIDFLIGHT_LAB_MYSQL_URL")]
+    pub mysql_url: Option<String>,
+    #[arg(long, default_value = "run")]
+    pub run_dir: PathBuf,
+    #[arg(long)]
+    pub report_json: Option<PathBuf>,
+}
+
+/// One scenario file's body.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub messages: usize,
+    #[serde(default = "default_consumers")]
+    pub consumers: usize,
+    #[serde(default = "one")]
+    pub recovery_workers: usize,
+    #[serde(default)]
+    pub lease_ms: Option<i64>,
+    #[serde(default)]
+    pub rpc_timeout_ms: Option<u64>,
+    #[serde(default)]
+    pub unserviceable: f64,
+    #[serde(default)]
+    pub second_events: f64,
+    #[serde(default)]
+    pub poison: usize,
+    #[serde(default)]
+    pub needs_mysql: bool,
+    #[serde(default = "default_settle_s")]
+    pub settle_s: u64,
+    #[serde(default)]
+    pub wms_faults: FaultPlan,
+    #[serde(default)]
+    pub logistics_faults: FaultPlan,
+    #[serde(default)]
+    pub schedule: Vec<Step>,
+    #[serde(default)]
+    pub expect: Expect,
+}
+
+/// One scheduled action as written in a file: one trigger key, then the action.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Step {
+    pub at_ms: Option<u64>,
+    pub at_progress: Option<f64>,
+    pub after_ms: Option<u64>,
+    #[serde(flatten)]
+    pub action: Action,
+}
+
+/// What must be seen besides the checker's verdict.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Expect {
+    /// At least this many sagas per status.
+    #[serde(default)]
+    pub min_status: BTreeMap<String, usize>,
+    #[serde(default)]
+    pub min_takeovers: usize,
+    #[serde(default)]
+    pub min_tickets: usize,
+}
+
+fn default_consumers() -> usize {
+    3
+}
+fn one() -> usize {
+    1
+}
+fn default_settle_s() -> u64 {
+    90
+}
+
+impl Scenario {
+    pub fn parse(name: &str, text: &str) -> anyhow::Result<Scenario> {
+        let scenario: Scenario = toml::from_str(text).with_context(|| format!("scenario {name} does not parse"))?;
+        for step in &scenario.schedule {
+            let triggers = [step.at_ms.is_some(), step.at_progress.is_some(), step.after_ms.is_some()];
+            if triggers.iter().filter(|t| **t).count() != 1 {
+                bail!("scenario {name}: every step needs exactly one of at_ms, at_progress, after_ms");
+            }
+        }
+        Ok(scenario)
+    }
+
+    fn plan(&self, name: &str, args: &ScenarioArgs, run_dir: &std::path::Path) -> Plan {
+        let mut spec = SystemSpec::new(name, run_dir);
+        spec.consumers = self.consumers;
+        spec.recovery_workers = self.recovery_workers;
+        spec.mysql_url = args.mysql_url.clone();
+        spec.wms_faults = self.wms_faults.clone();
+        spec.logistics_faults = self.logistics_faults.clone();
+        if let Some(lease_ms) = self.lease_ms {
+            spec.lease_ms = lease_ms;
+        }
+        if let Some(rpc_timeout_ms) = self.rpc_timeout_ms {
+            spec.rpc_timeout_ms = rpc_timeout_ms;
+        }
+        spec.database_proxy = self.needs_mysql;
+        let mut workload = Workload::orders(seed_of(name), self.messages, &format!("S{}", seed_of(name) % 1000));
+        workload.unserviceable = self.unserviceable;
+        workload.second_events = self.second_events;
+        workload.poison = self.poison;
+        let schedule = self
+            .schedule
+            .iter()
+            .map(|step| {
+                let when = match (step.at_ms, step.at_progress, step.after_ms) {
+                    (Some(ms), _, _) => Trigger::AtMs(ms),
+                    (_, Some(share), _) => Trigger::AtProgress(share),
+                    (_, _, Some(ms)) => Trigger::AfterMs(ms),
+                    _ => Trigger::AfterMs(0),
+                };
+                Scheduled { when, action: step.action.clone() }
+            })
+            .collect();
+        Plan { spec, workload, schedule, settle: Duration::from_secs(self.settle_s) }
+    }
+
+    /// Problems with the run beyond the checker's: expectations not met.
+    fn unmet(&self, report: &RunReport) -> Vec<String> {
+        let mut unmet = Vec::new();
+        for (status, at_least) in &self.expect.min_status {
+            let seen = report.by_status.get(status).copied().unwrap_or(0);
+            if seen < *at_least {
+                unmet.push(format!("expected at least {at_least} {status}, saw {seen}"));
+            }
+        }
+        if report.takeovers < self.expect.min_takeovers {
+            unmet.push(format!("expected at least {} takeovers, saw {}", self.expect.min_takeovers, report.takeovers));
+        }
+        if report.tickets < self.expect.min_tickets {
+            unmet.push(format!("expected at least {} tickets, saw {}", self.expect.min_tickets, report.tickets));
+        }
+        unmet
+    }
+}
+
+/// The header comment of a scenario file.
+pub fn header(text: &str) -> String {
+    text.lines()
+        .take_while(|l| l.starts_with('#'))
+        .map(|l| l.trim_start_matches('#').trim())
+        .collect::<Vec<_>>()
+        .join("\n    ")
+}
+
+fn seed_of(name: &str) -> u64 {
+    name.bytes().fold(17_u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
+}
+
+pub async fn run(args: ScenarioArgs) -> anyhow::Result<bool> {
+    if args.list || args.name.is_none() {
+        for (name, text) in CATALOGUE {
+            println!("{name}\n    {}\n", header(text));
+        }
+        return Ok(true);
+    }
+    let wanted = args.name.clone().unwrap_or_default();
+    let selected: Vec<(&str, &str)> =
+        CATALOGUE.iter().copied().filter(|(name, _)| wanted == "all" || *name == wanted).collect();
+    if selected.is_empty() {
+        bail!("no scenario named {wanted:?}; `scenario --list` lists them");
+    }
+    let run_dir = args.run_dir.join(format!("scenarios-{}", crate::timestamp()));
+    let mut reports = Vec::new();
+    let mut all_passed = true;
+    for (name, text) in selected {
+        let scenario = Scenario::parse(name, text)?;
+        if scenario.needs_mysql && args.mysql_url.is_none() {
+            bail!("scenario {name} cuts the database connection and needs --mysql-url (or MIDFLIGHT_LAB_MYSQL_URL)");
+        }
+        println!("scenario {name}\n    {}", header(text));
+        let mut report = execute(scenario.plan(name, &args, &run_dir)).await?;
+        let unmet = scenario.unmet(&report);
+        report.notes.extend(unmet.iter().map(|u| format!("unmet: {u}")));
+        report.print();
+        let passed = report.passed() && unmet.is_empty();
+        println!("scenario {name}: {}\n", if passed { "PASS" } else { "FAIL" });
+        all_passed &= passed;
+        reports.push(report);
+    }
+    if let Some(path) = &args.report_json {
+        let text = serde_json::to_string_pretty(&reports)?;
+        std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(all_passed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_scenario_parses_and_says_what_it_checks() {
+        for (name, text) in CATALOGUE {
+            let scenario = Scenario::parse(name, text).unwrap_or_else(|e| panic!("{e:#}"));
+            let header = header(text);
+            for key in ["Fault:", "Checks:", "How:"] {
+                assert!(header.contains(key), "{name}: header lacks {key:?}");
+            }
+            assert!(scenario.messages > 0, "{name}");
+        }
+    }
+}

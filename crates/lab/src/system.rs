@@ -1,0 +1,395 @@
+//! One run of the system as separate OS processes: the embedded Kafka hosted by the lab process,
+//! the mock WMS and mock logistics, N consumers and M recovery workers (or, for the legacy
+//! design, N legacy consumers), all talking over loopback. Each child gets a TOML file written
+//! from the service's own configuration type, so the lab cannot pass a key a service does not
+//! know.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use midflight_api::client::Downstreams;
+use midflight_api::faults::v1::fault_admin_client::FaultAdminClient;
+use midflight_config::{DatabaseSection, GrpcClientSection, KafkaSection, ServerSection, TelemetrySection};
+use midflight_consumer::ConsumerConfig;
+use midflight_driver::DriverSettings;
+use midflight_mock::FaultPlan;
+use midflight_mock_logistics::LogisticsConfig;
+use midflight_mock_wms::WmsConfig;
+use midflight_model::{RetryPolicy, Rules};
+use midflight_recovery::RecoveryConfig;
+use midflight_stack::kafka::EmbeddedKafka;
+use midflight_store::Store;
+use serde::Serialize;
+
+use crate::process::{Signal, Spec, Supervisor};
+
+pub const ORDER_TOPIC: &str = "orders";
+pub const NOTIFICATION_TOPIC: &str = "notifications";
+pub const DEAD_LETTER_TOPIC: &str = "orders.dlt";
+pub const GROUP: &str = "midflight-orders";
+
+/// How to assemble a run.
+#[derive(Debug, Clone)]
+pub struct SystemSpec {
+    /// A name for the run (a subdirectory of the run directory).
+    pub name: String,
+    pub run_dir: PathBuf,
+    /// A MySQL server URL to create a fresh database on; SQLite files in the run directory if `None`.
+    pub mysql_url: Option<String>,
+    pub partitions: i32,
+    pub consumers: usize,
+    pub recovery_workers: usize,
+    /// The legacy design (status PROCESSING/DONE, a fresh key per attempt) instead of midflight.
+    pub legacy: bool,
+    pub lease_ms: i64,
+    pub rpc_timeout_ms: u64,
+    pub session_timeout_ms: u64,
+    pub saga_deadline_ms: i64,
+    pub retry: RetryPolicy,
+    pub wms_faults: FaultPlan,
+    pub logistics_faults: FaultPlan,
+    pub stock: BTreeMap<String, i64>,
+    pub recovery_scan_interval_ms: u64,
+    pub log_filter: String,
+    /// Services reach MySQL through a proxy the lab can cut (MySQL only).
+    pub database_proxy: bool,
+}
+
+impl SystemSpec {
+    /// The demo's shape: the user's 16 partitions and 8 consumers, one recovery worker.
+    pub fn new(name: &str, run_dir: &Path) -> SystemSpec {
+        SystemSpec {
+            name: name.to_owned(),
+            run_dir: run_dir.to_path_buf(),
+            mysql_url: None,
+            partitions: 16,
+            consumers: 8,
+            recovery_workers: 1,
+            legacy: false,
+            // Short enough that a crashed consumer's sagas are picked up within seconds.
+            lease_ms: 5_000,
+            rpc_timeout_ms: 1_000,
+            session_timeout_ms: 6_000,
+            saga_deadline_ms: 10 * 60_000,
+            retry: RetryPolicy { backoff_base_ms: 200, backoff_max_ms: 2_000, attempts_max: 60 },
+            wms_faults: FaultPlan::default(),
+            logistics_faults: FaultPlan::default(),
+            stock: BTreeMap::new(),
+            recovery_scan_interval_ms: 250,
+            log_filter: "info".to_owned(),
+            database_proxy: false,
+        }
+    }
+}
+
+/// A running system.
+pub struct System {
+    pub spec: SystemSpec,
+    pub dir: PathBuf,
+    pub kafka: EmbeddedKafka,
+    pub processes: Supervisor,
+    pub database_url: String,
+    pub wms_endpoint: String,
+    pub logistics_endpoint: String,
+    /// The lab's own connection (direct, never through the proxy): polling and checking.
+    pub store: Store,
+    /// What the services connect to when the database is proxied.
+    services_database_url: String,
+    pub proxy: Option<crate::proxy::Proxy>,
+    configs: PathBuf,
+}
+
+impl System {
+    pub async fn start(spec: SystemSpec) -> anyhow::Result<System> {
+        let dir = spec.run_dir.join(&spec.name);
+        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let configs = dir.join("config");
+        std::fs::create_dir_all(&configs)?;
+        let kafka = EmbeddedKafka::start().context("cannot start the embedded Kafka")?;
+        for (topic, partitions) in [(ORDER_TOPIC, spec.partitions), (NOTIFICATION_TOPIC, 4), (DEAD_LETTER_TOPIC, 1)] {
+            kafka.create_topic(topic, partitions).with_context(|| format!("cannot create topic {topic}"))?;
+        }
+        let database_url = database_url(&spec, &dir).await?;
+        let store = connect(&database_url).await?;
+        store.migrate().await.context("cannot migrate the saga database")?;
+        let (proxy, services_database_url) = proxied(&spec, &database_url).await?;
+        let processes = Supervisor::new(Supervisor::sibling_binaries()?, dir.join("logs"))?;
+        let (wms_port, logistics_port) = (free_port()?, free_port()?);
+        let mut system = System {
+            wms_endpoint: format!("http://127.0.0.1:{wms_port}"),
+            logistics_endpoint: format!("http://127.0.0.1:{logistics_port}"),
+            spec,
+            dir,
+            kafka,
+            processes,
+            database_url,
+            store,
+            services_database_url,
+            proxy,
+            configs,
+        };
+        system.start_mocks(wms_port, logistics_port).await?;
+        for index in 1..=system.spec.consumers {
+            system.start_consumer(index)?;
+        }
+        if !system.spec.legacy {
+            for index in 1..=system.spec.recovery_workers {
+                system.start_recovery(index)?;
+            }
+        }
+        Ok(system)
+    }
+
+    async fn start_mocks(&mut self, wms_port: u16, logistics_port: u16) -> anyhow::Result<()> {
+        let mut wms = WmsConfig { faults: self.spec.wms_faults.clone(), ..WmsConfig::default() };
+        wms.faults.legacy_mode |= self.spec.legacy;
+        wms.server = ServerSection { listen: format!("127.0.0.1:{wms_port}"), ..ServerSection::default() };
+        wms.database = self.sqlite("mock-wms");
+        wms.telemetry = self.telemetry();
+        wms.stock.skus.extend(self.spec.stock.clone());
+        let mut logistics =
+            LogisticsConfig { faults: self.spec.logistics_faults.clone(), ..LogisticsConfig::default() };
+        logistics.server = ServerSection { listen: format!("127.0.0.1:{logistics_port}"), ..ServerSection::default() };
+        logistics.database = self.sqlite("mock-logistics");
+        logistics.telemetry = self.telemetry();
+        let wms_config = self.write_config("mock-wms", &wms)?;
+        let logistics_config = self.write_config("mock-logistics", &logistics)?;
+        self.processes
+            .start("mock-wms", Spec { binary: "mock-wms", args: config_args(&wms_config), env: Vec::new() })?;
+        self.processes.start(
+            "mock-logistics",
+            Spec { binary: "mock-logistics", args: config_args(&logistics_config), env: Vec::new() },
+        )?;
+        self.wait_for_mocks().await
+    }
+
+    async fn wait_for_mocks(&self) -> anyhow::Result<()> {
+        let client = self.downstreams()?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let wms = client.wms_ledger(0, 1, Duration::from_secs(1)).await;
+            let logistics = client.logistics_ledger(0, 1, Duration::from_secs(1)).await;
+            if wms.is_ok() && logistics.is_ok() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!(
+                    "mocks did not start within 30 s (see {}): {wms:?} {logistics:?}",
+                    self.dir.join("logs").display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Starts consumer number `index` (`consumer-<index>`), or restarts it if it ran before.
+    pub fn start_consumer(&mut self, index: usize) -> anyhow::Result<()> {
+        let name = format!("consumer-{index}");
+        if self.processes.names().contains(&name) {
+            self.processes.restart(&name)?;
+            return Ok(());
+        }
+        let spec = if self.spec.legacy {
+            let path = self.write_config(&name, &self.legacy_config(&name))?;
+            Spec {
+                binary: "midflight-lab",
+                args: vec!["legacy-consumer".into(), "--config".into(), path.display().to_string()],
+                env: Vec::new(),
+            }
+        } else {
+            let path = self.write_config(&name, &self.consumer_config(&name))?;
+            Spec { binary: "consumer", args: config_args(&path), env: Vec::new() }
+        };
+        self.processes.start(&name, spec)?;
+        Ok(())
+    }
+
+    pub fn start_recovery(&mut self, index: usize) -> anyhow::Result<()> {
+        let name = format!("recovery-{index}");
+        if self.processes.names().contains(&name) {
+            self.processes.restart(&name)?;
+            return Ok(());
+        }
+        let path = self.write_config(&name, &self.recovery_config(&name))?;
+        self.processes.start(&name, Spec { binary: "recovery-worker", args: config_args(&path), env: Vec::new() })?;
+        Ok(())
+    }
+
+    pub fn signal(&mut self, name: &str, signal: Signal) -> anyhow::Result<()> {
+        self.processes.signal(name, signal)
+    }
+
+    fn consumer_config(&self, name: &str) -> ConsumerConfig {
+        let mut config = ConsumerConfig::default();
+        config.consumer.instance = name.to_owned();
+        config.consumer.saga_deadline_ms = self.spec.saga_deadline_ms;
+        config.consumer.migrate_on_start = false;
+        config.kafka = self.kafka_section();
+        config.database = self.database();
+        config.wms = self.grpc(&self.wms_endpoint);
+        config.logistics = self.grpc(&self.logistics_endpoint);
+        config.telemetry = self.telemetry();
+        config.driver = self.driver();
+        config.rules = self.rules();
+        config
+    }
+
+    fn recovery_config(&self, name: &str) -> RecoveryConfig {
+        let mut config = RecoveryConfig::default();
+        config.recovery.instance = name.to_owned();
+        config.recovery.scan_interval_ms = self.spec.recovery_scan_interval_ms;
+        config.recovery.migrate_on_start = false;
+        config.database = self.database();
+        config.wms = self.grpc(&self.wms_endpoint);
+        config.logistics = self.grpc(&self.logistics_endpoint);
+        config.telemetry = self.telemetry();
+        config.driver = self.driver();
+        config.rules = self.rules();
+        config
+    }
+
+    fn legacy_config(&self, name: &str) -> crate::legacy::LegacyConfig {
+        crate::legacy::LegacyConfig {
+            instance: name.to_owned(),
+            kafka: self.kafka_section(),
+            database: self.database(),
+            wms: self.grpc(&self.wms_endpoint),
+            logistics: self.grpc(&self.logistics_endpoint),
+            telemetry: self.telemetry(),
+        }
+    }
+
+    pub fn kafka_section(&self) -> KafkaSection {
+        let mut section = KafkaSection {
+            bootstrap_servers: self.kafka.bootstrap_servers().to_owned(),
+            group_id: GROUP.to_owned(),
+            order_topic: ORDER_TOPIC.to_owned(),
+            notification_topic: NOTIFICATION_TOPIC.to_owned(),
+            dead_letter_topic: DEAD_LETTER_TOPIC.to_owned(),
+            session_timeout_ms: self.spec.session_timeout_ms,
+            ..KafkaSection::default()
+        };
+        section.properties.insert("heartbeat.interval.ms".to_owned(), "500".to_owned());
+        section
+    }
+
+    pub fn database(&self) -> DatabaseSection {
+        // SQLite allows one writer at a time across all processes; a few connections each suffice.
+        let max_connections = if self.database_url.starts_with("sqlite") { 4 } else { 16 };
+        DatabaseSection { url: self.services_database_url.clone(), max_connections, ..DatabaseSection::default() }
+    }
+
+    fn sqlite(&self, name: &str) -> DatabaseSection {
+        DatabaseSection {
+            url: format!("sqlite://{}?mode=rwc", self.dir.join(format!("{name}.db")).display()),
+            ..DatabaseSection::default()
+        }
+    }
+
+    fn grpc(&self, endpoint: &str) -> GrpcClientSection {
+        GrpcClientSection { request_timeout_ms: self.spec.rpc_timeout_ms, ..GrpcClientSection::with_endpoint(endpoint) }
+    }
+
+    fn telemetry(&self) -> TelemetrySection {
+        TelemetrySection { log_filter: self.spec.log_filter.clone(), ..TelemetrySection::default() }
+    }
+
+    fn driver(&self) -> DriverSettings {
+        DriverSettings::new(self.spec.lease_ms, self.spec.rpc_timeout_ms, 500)
+    }
+
+    fn rules(&self) -> Rules {
+        Rules { retry: self.spec.retry, ..Rules::default() }
+    }
+
+    fn write_config<T: Serialize>(&self, name: &str, config: &T) -> anyhow::Result<PathBuf> {
+        let path = self.configs.join(format!("{name}.toml"));
+        let text = toml::to_string_pretty(config).with_context(|| format!("cannot render the config of {name}"))?;
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+        Ok(path)
+    }
+
+    /// A client of both mocks (ledgers, and calls for planted faults).
+    pub fn downstreams(&self) -> anyhow::Result<Downstreams> {
+        Ok(Downstreams::connect_lazy(
+            &GrpcClientSection::with_endpoint(&self.wms_endpoint),
+            &GrpcClientSection::with_endpoint(&self.logistics_endpoint),
+        )?)
+    }
+
+    pub async fn set_wms_faults(&self, plan: &FaultPlan) -> anyhow::Result<()> {
+        set_faults(&self.wms_endpoint, plan).await
+    }
+
+    pub async fn set_logistics_faults(&self, plan: &FaultPlan) -> anyhow::Result<()> {
+        set_faults(&self.logistics_endpoint, plan).await
+    }
+
+    /// Stops every child: SIGTERM first (consumers leave the group, sagas release leases).
+    pub fn shutdown(&mut self) {
+        for name in self.processes.names() {
+            if self.processes.is_running(&name) {
+                self.processes.stop(&name).ok();
+            }
+        }
+    }
+}
+
+impl Drop for System {
+    fn drop(&mut self) {
+        self.processes.kill_all();
+    }
+}
+
+async fn set_faults(endpoint: &str, plan: &FaultPlan) -> anyhow::Result<()> {
+    let channel = tonic::transport::Channel::from_shared(endpoint.to_owned())?.connect().await?;
+    FaultAdminClient::new(channel).set_faults(plan.to_proto()).await.context("set faults")?;
+    Ok(())
+}
+
+fn config_args(path: &Path) -> Vec<String> {
+    vec!["--config".to_owned(), path.display().to_string()]
+}
+
+/// A port free right now on loopback (the child binds it a moment later).
+fn free_port() -> anyhow::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("cannot bind a loopback port")?;
+    Ok(listener.local_addr()?.port())
+}
+
+async fn database_url(spec: &SystemSpec, dir: &Path) -> anyhow::Result<String> {
+    let Some(server) = &spec.mysql_url else {
+        return Ok(format!("sqlite://{}?mode=rwc", dir.join("saga.db").display()));
+    };
+    use sea_orm::ConnectionTrait;
+    let name = format!("midflight_{}_{}", spec.name.replace('-', "_"), std::process::id());
+    let db =
+        sea_orm::Database::connect(server.as_str()).await.with_context(|| format!("cannot connect to {server}"))?;
+    db.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}")).await?;
+    db.execute_unprepared(&format!("CREATE DATABASE {name}")).await?;
+    db.close().await.ok();
+    Ok(midflight_config::with_database_name(server, &name))
+}
+
+/// Starts the proxy when the spec asks for one: services get a URL through it.
+async fn proxied(spec: &SystemSpec, url: &str) -> anyhow::Result<(Option<crate::proxy::Proxy>, String)> {
+    if !spec.database_proxy {
+        return Ok((None, url.to_owned()));
+    }
+    let Some(rest) = url.strip_prefix("mysql://") else { bail!("the database proxy needs a MySQL URL") };
+    let (credentials, tail) = rest.rsplit_once('@').map_or(("", rest), |(c, t)| (c, t));
+    let (host_port, path) = tail.split_once('/').unwrap_or((tail, ""));
+    let host_port = if host_port.contains(':') { host_port.to_owned() } else { format!("{host_port}:3306") };
+    let upstream = tokio::net::lookup_host(&host_port).await?.next().context("cannot resolve the MySQL host")?;
+    let proxy = crate::proxy::Proxy::start(upstream).await?;
+    let at = if credentials.is_empty() { String::new() } else { format!("{credentials}@") };
+    let through = format!("mysql://{at}{}/{path}", proxy.address);
+    Ok((Some(proxy), through))
+}
+
+pub async fn connect(url: &str) -> anyhow::Result<Store> {
+    let section = DatabaseSection { url: url.to_owned(), max_connections: 8, ..DatabaseSection::default() };
+    Store::connect(&section).await.with_context(|| format!("cannot connect to {}", midflight_config::redact_url(url)))
+}
