@@ -317,11 +317,15 @@ fn step_name<S: serde::Serializer>(step: &Step, serializer: S) -> Result<S::Ok, 
 }
 
 fn ticket_name<S: serde::Serializer>(outcome: &TicketOutcome, serializer: S) -> Result<S::Ok, S::Error> {
-    let name = match outcome {
+    serializer.serialize_str(ticket_outcome_name(*outcome))
+}
+
+/// The name of a ticket outcome in reports (`opened`, `already_open`, ...).
+pub fn ticket_outcome_name(outcome: TicketOutcome) -> &'static str {
+    match outcome {
         TicketOutcome::Opened => "opened",
         TicketOutcome::AlreadyOpen => "already_open",
         TicketOutcome::Reopened => "reopened",
         TicketOutcome::ResolvedBefore => "resolved_before",
-    };
-    serializer.serialize_str(name)
+    }
 }

@@ -1,0 +1,358 @@
+//! One function per subcommand: read or write through the store, then print a table or JSON.
+//! Writes go through the store's operator CAS ([`Store::resolve`], [`Store::close_ticket`]);
+//! a conflict is reported as a refusal, never retried: the operator must look again.
+
+use anyhow::{Context as _, bail};
+use midflight_api::client::Downstreams;
+use midflight_config::Sources;
+use midflight_model::{Saga, Status};
+use midflight_recovery::reconcile::ticket_outcome_name;
+use midflight_recovery::{Reconciler, RecoveryConfig, Report};
+use midflight_store::{Cas, Store, Ticket, TicketState, Transition, saga_json};
+use serde_json::json;
+
+use crate::render::{Table, age, block, cut, or_dash};
+use crate::{Cli, Command, WriteArgs};
+
+/// How a command ended, when it did not fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Done {
+    Ok,
+    /// A write was refused; the reason has been printed.
+    Refused,
+}
+
+/// Where and how to print.
+#[derive(Debug, Clone, Copy)]
+struct Out {
+    json: bool,
+}
+
+impl Out {
+    fn json(&self, value: &serde_json::Value) -> anyhow::Result<()> {
+        println!("{}", serde_json::to_string_pretty(value)?);
+        Ok(())
+    }
+}
+
+pub async fn run(cli: Cli) -> anyhow::Result<Done> {
+    let config: RecoveryConfig = midflight_config::load(&Sources::from_process(cli.config.clone(), cli.set.clone()))?;
+    let store = Store::connect(&config.database).await.context("cannot open the saga database")?;
+    let out = Out { json: cli.json };
+    let result = dispatch(&store, &config, out, cli.command).await;
+    store.close().await.ok();
+    result
+}
+
+async fn dispatch(store: &Store, config: &RecoveryConfig, out: Out, command: Command) -> anyhow::Result<Done> {
+    match command {
+        Command::List { status, limit } => list(store, out, store.list(status, limit).await?).await,
+        Command::Stuck { older_than_ms, limit } => list(store, out, store.stuck(older_than_ms, limit).await?).await,
+        Command::Show { biz_id } => show(store, out, &biz_id).await,
+        Command::Tickets { state, limit } => {
+            let state = state.map(|s| if s == "open" { TicketState::Open } else { TicketState::Resolved });
+            tickets(store, out, store.tickets(state, limit).await?).await
+        }
+        Command::Ticket { biz_id } => ticket(store, out, &biz_id).await,
+        Command::Resolve { biz_id, to, write } => resolve(store, out, &biz_id, to, &write).await,
+        Command::Retry { biz_id, from, write } => resolve(store, out, &biz_id, from, &write).await,
+        Command::CloseTicket { key, step, operator, note } => {
+            close_ticket(store, out, &key, &step, &operator, &note).await
+        }
+        Command::Reconcile => reconcile(store, config, out).await,
+    }
+}
+
+async fn list(store: &Store, out: Out, sagas: Vec<Saga>) -> anyhow::Result<Done> {
+    if out.json {
+        out.json(&json!(sagas.iter().map(saga_json).collect::<Vec<_>>()))?;
+        return Ok(Done::Ok);
+    }
+    let now = store.now_ms().await?;
+    let mut table =
+        Table::new(&["BIZ_ID", "STATUS", "VERSION", "EPOCH", "OWNER", "LEASE", "UPDATED", "ATTEMPTS", "LAST_ERROR"]);
+    for saga in &sagas {
+        table.row(vec![
+            saga.biz_id.clone(),
+            saga.status.to_string(),
+            saga.version.to_string(),
+            saga.lease.epoch.to_string(),
+            or_dash(saga.lease.owner_id.as_deref()),
+            lease(saga, now),
+            age(saga.updated_at_ms, now),
+            saga.attempts.to_string(),
+            or_dash(saga.last_error.as_deref()),
+        ]);
+    }
+    print!("{}", table.render());
+    if table.is_empty() {
+        println!("(no sagas)");
+    }
+    Ok(Done::Ok)
+}
+
+async fn show(store: &Store, out: Out, biz_id: &str) -> anyhow::Result<Done> {
+    let Some(saga) = store.get(biz_id).await? else { bail!("no saga {biz_id}") };
+    let transitions = store.transitions(biz_id).await?;
+    let tickets = store.tickets_of(biz_id).await?;
+    if out.json {
+        out.json(&json!({ "saga": saga_json(&saga), "transitions": transitions, "tickets": tickets }))?;
+        return Ok(Done::Ok);
+    }
+    let now = store.now_ms().await?;
+    println!("saga {biz_id}");
+    print!("{}", block(&saga_fields(&saga, now)));
+    println!("\ntimeline");
+    print!("{}", timeline(&transitions, now).render());
+    println!("\ntickets");
+    if tickets.is_empty() {
+        println!("  (none)");
+    } else {
+        print!("{}", ticket_table(&tickets, now).render());
+    }
+    if saga.status == Status::ManualReview {
+        println!(
+            "\nresolve: sagactl resolve {biz_id} --to DONE|ROLLED_BACK --version {v} --operator NAME --note TEXT\n\
+             retry:   sagactl retry {biz_id} --from WMS_REQUESTED|LOGISTICS_REQUESTED|WMS_REVERSING|LOGISTICS_CANCELLING --version {v} --operator NAME --note TEXT",
+            v = saga.version
+        );
+    }
+    Ok(Done::Ok)
+}
+
+fn saga_fields(saga: &Saga, now: i64) -> Vec<(&'static str, String)> {
+    let at = |ms: Option<i64>| ms.map_or_else(|| "-".to_owned(), |ms| format!("{ms} ({})", age(ms, now)));
+    vec![
+        ("status", saga.status.to_string()),
+        ("version", saga.version.to_string()),
+        ("order", format!("{} {}", saga.order_no, saga.event_type)),
+        ("source", format!("{}/{}@{}", saga.source.topic, saga.source.partition, saga.source.offset)),
+        ("owner", or_dash(saga.lease.owner_id.as_deref())),
+        ("lease_epoch", saga.lease.epoch.to_string()),
+        ("lease", lease(saga, now)),
+        ("attempts", saga.attempts.to_string()),
+        ("next_attempt", at(Some(saga.next_attempt_at_ms).filter(|ms| *ms > 0))),
+        ("last_error", or_dash(saga.last_error.as_deref())),
+        ("deadline", at(Some(saga.deadline_ms))),
+        ("wms_request_id", or_dash(saga.wms_request_id.as_deref())),
+        ("wms_voucher", or_dash(saga.wms_voucher.as_deref())),
+        ("wms_locked", at(saga.wms_locked_at_ms)),
+        ("logistics_request_id", or_dash(saga.logistics_request_id.as_deref())),
+        ("logistics_voucher", or_dash(saga.logistics_voucher.as_deref())),
+        ("tracking_no", or_dash(saga.tracking_no.as_deref())),
+        ("created", at(Some(saga.created_at_ms))),
+        ("updated", at(Some(saga.updated_at_ms))),
+    ]
+}
+
+fn lease(saga: &Saga, now: i64) -> String {
+    if saga.status.is_terminal() {
+        return "-".to_owned();
+    }
+    if saga.lease.until_ms > now {
+        format!("live, ends {}", age(saga.lease.until_ms, now))
+    } else {
+        "expired".to_owned()
+    }
+}
+
+fn timeline(transitions: &[Transition], now: i64) -> Table {
+    let mut table = Table::new(&["VERSION", "FROM", "TO", "EPOCH", "ACTOR", "AT", "REASON"]);
+    for t in transitions {
+        table.row(vec![
+            t.version.to_string(),
+            or_dash(t.from),
+            t.to.to_string(),
+            t.lease_epoch.to_string(),
+            t.actor.clone(),
+            age(t.at_ms, now),
+            t.reason.clone(),
+        ]);
+    }
+    table
+}
+
+fn ticket_table(tickets: &[Ticket], now: i64) -> Table {
+    let mut table = Table::new(&["KEY", "STEP", "STATE", "OPENED", "BY", "REASON"]);
+    for t in tickets {
+        table.row(vec![
+            t.biz_id.clone(),
+            t.step.clone(),
+            t.state.as_str().to_owned(),
+            age(t.opened_at_ms, now),
+            t.opened_by.clone(),
+            t.reason.clone(),
+        ]);
+    }
+    table
+}
+
+async fn tickets(store: &Store, out: Out, tickets: Vec<Ticket>) -> anyhow::Result<Done> {
+    if out.json {
+        out.json(&serde_json::to_value(&tickets)?)?;
+        return Ok(Done::Ok);
+    }
+    let table = ticket_table(&tickets, store.now_ms().await?);
+    print!("{}", table.render());
+    if table.is_empty() {
+        println!("(no tickets)");
+    }
+    Ok(Done::Ok)
+}
+
+async fn ticket(store: &Store, out: Out, key: &str) -> anyhow::Result<Done> {
+    let tickets = store.tickets_of(key).await?;
+    if tickets.is_empty() {
+        bail!("no tickets for {key}");
+    }
+    if out.json {
+        out.json(&serde_json::to_value(&tickets)?)?;
+        return Ok(Done::Ok);
+    }
+    let now = store.now_ms().await?;
+    for t in &tickets {
+        println!("ticket {} {}", t.biz_id, t.step);
+        print!(
+            "{}",
+            block(&[
+                ("state", t.state.as_str().to_owned()),
+                ("reason", t.reason.clone()),
+                ("opened", format!("{} by {}", age(t.opened_at_ms, now), t.opened_by)),
+                (
+                    "resolved",
+                    or_dash(t.resolved_at_ms.map(|ms| format!(
+                        "{} by {}",
+                        age(ms, now),
+                        or_dash(t.resolved_by.as_deref())
+                    )))
+                ),
+                ("resolution", or_dash(t.resolution.as_deref())),
+            ])
+        );
+        println!("  evidence\n{}\n", indent(&serde_json::to_string_pretty(&t.evidence)?, 4));
+    }
+    Ok(Done::Ok)
+}
+
+async fn resolve(store: &Store, out: Out, biz_id: &str, to: Status, write: &WriteArgs) -> anyhow::Result<Done> {
+    let result = store.resolve(biz_id, write.version, to, &write.operator, &write.note).await;
+    match result {
+        Ok(Cas::Applied(saga)) => {
+            if out.json {
+                out.json(&json!({ "result": "applied", "saga": saga_json(&saga) }))?;
+            } else {
+                println!(
+                    "{biz_id}: MANUAL_REVIEW -> {} at version {} by operator:{}",
+                    saga.status, saga.version, write.operator
+                );
+            }
+            Ok(Done::Ok)
+        }
+        Ok(Cas::Conflict) => {
+            let current = store.get(biz_id).await?;
+            let (version, status) = current.map_or((None, None), |s| (Some(s.version), Some(s.status)));
+            let reason = format!(
+                "saga {biz_id} changed underneath: you looked at version {}, it is now at version {} ({}); nothing was written, look again with `sagactl show {biz_id}`",
+                write.version,
+                or_dash(version),
+                or_dash(status)
+            );
+            refuse(out, biz_id, &reason, version, status)
+        }
+        Err(midflight_store::Error::Model(midflight_model::Error::IllegalTransition { from, .. })) => {
+            let reason = format!(
+                "saga {biz_id} is {from}: only a MANUAL_REVIEW saga can be resolved or retried; nothing was written"
+            );
+            refuse(out, biz_id, &reason, Some(write.version), Some(from))
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+fn refuse(out: Out, key: &str, reason: &str, version: Option<u64>, status: Option<Status>) -> anyhow::Result<Done> {
+    if out.json {
+        out.json(&json!({
+            "result": "refused",
+            "key": key,
+            "reason": reason,
+            "current_version": version,
+            "current_status": status,
+        }))?;
+    }
+    eprintln!("sagactl: refused: {reason}");
+    Ok(Done::Refused)
+}
+
+async fn close_ticket(
+    store: &Store,
+    out: Out,
+    key: &str,
+    step: &str,
+    operator: &str,
+    note: &str,
+) -> anyhow::Result<Done> {
+    match store.close_ticket(key, step, operator, note).await? {
+        Cas::Applied(()) => {
+            if out.json {
+                out.json(&json!({ "result": "applied", "key": key, "step": step }))?;
+            } else {
+                println!("{key} {step}: ticket closed by {operator}");
+            }
+            Ok(Done::Ok)
+        }
+        Cas::Conflict => refuse(out, key, &format!("no open {step} ticket for {key}; nothing was written"), None, None),
+    }
+}
+
+async fn reconcile(store: &Store, config: &RecoveryConfig, out: Out) -> anyhow::Result<Done> {
+    let downstreams = Downstreams::connect_lazy(&config.wms, &config.logistics)?;
+    let reconciler = Reconciler::new(store.clone(), downstreams, config.reconcile.clone(), "sagactl:reconcile".into());
+    let report = reconciler.run_once().await?;
+    if out.json {
+        out.json(&serde_json::to_value(&report)?)?;
+    } else {
+        print_report(&report);
+    }
+    Ok(Done::Ok)
+}
+
+fn print_report(report: &Report) {
+    println!(
+        "reconciled {} sagas against {} wms and {} logistics ledger entries",
+        report.sagas_checked, report.wms_entries, report.logistics_entries
+    );
+    println!(
+        "findings: {} (orphan {}, double_effect {}, missing_effect {}, effect_after_rollback {})",
+        report.findings_total(),
+        report.orphans,
+        report.double_effects,
+        report.missing_effects,
+        report.effects_after_rollback
+    );
+    println!(
+        "tickets:  {} opened, {} reopened, {} already open, {} resolved before",
+        report.tickets_opened, report.tickets_reopened, report.tickets_already_open, report.tickets_resolved_before
+    );
+    if report.findings.is_empty() {
+        return;
+    }
+    let mut table = Table::new(&["KIND", "STEP", "SAGA", "STATUS", "REQUEST_ID", "IN_FORCE", "TICKET"]);
+    for f in &report.findings {
+        table.row(vec![
+            f.kind.as_str().to_owned(),
+            f.step.as_str().to_owned(),
+            or_dash(f.biz_id.as_deref()),
+            or_dash(f.status),
+            f.request_id.clone(),
+            cut(&f.in_force.join(",")),
+            ticket_outcome_name(f.ticket).to_owned(),
+        ]);
+    }
+    println!();
+    print!("{}", table.render());
+}
+
+fn indent(text: &str, spaces: usize) -> String {
+    let pad = " ".repeat(spaces);
+    text.lines().map(|line| format!("{pad}{line}")).collect::<Vec<_>>().join("\n")
+}

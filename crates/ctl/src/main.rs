@@ -1,0 +1,175 @@
+//! `sagactl`: the operator's view of the saga table. List and inspect sagas and their timelines,
+//! list and read tickets, resolve MANUAL_REVIEW sagas (close them, or send them back to an
+//! intent state for automation to settle by query), close reconciliation tickets, and run the
+//! reconciler once.
+//!
+//! Every write is a compare-and-set on the version the operator looked at, recorded in the
+//! transition log under `operator:<name>`; when the row changed underneath it is refused with
+//! exit code 3 and nothing is written. The database comes from the same configuration as the
+//! recovery worker (`--config`, `MIDFLIGHT_DATABASE__URL`, or `--set database.url=...`).
+
+mod commands;
+mod render;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use midflight_model::Status;
+
+/// Most rows one listing prints.
+const LIST_LIMIT_MAX: u64 = 10_000;
+/// Longest operator name or note accepted (the transition log's columns are wider).
+const OPERATOR_LEN_MAX: usize = 64;
+const NOTE_LEN_MAX: usize = 400;
+
+/// Exit code of a refused write (the row changed, or it is not in a state the action applies to).
+const EXIT_REFUSED: u8 = 3;
+
+/// Operate midflight sagas and their manual tickets.
+#[derive(Debug, Parser)]
+#[command(
+    name = "sagactl",
+    version,
+    after_help = "Exit codes: 0 done, 1 error, 2 bad usage, 3 refused (the row changed underneath or is not in a state the action applies to)."
+)]
+struct Cli {
+    /// TOML configuration file (the recovery worker's).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// Override one setting, e.g. `--set database.url=mysql://...` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE", global = true)]
+    set: Vec<String>,
+    /// Print JSON instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List sagas, least recently updated first.
+    List {
+        #[arg(long, value_parser = parse_status)]
+        status: Option<Status>,
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=LIST_LIMIT_MAX))]
+        limit: u64,
+    },
+    /// One saga: its row, its timeline from the transition log, its tickets.
+    Show { biz_id: String },
+    /// Unfinished sagas not updated for a while.
+    Stuck {
+        #[arg(long, default_value_t = 60_000)]
+        older_than_ms: i64,
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=LIST_LIMIT_MAX))]
+        limit: u64,
+    },
+    /// Manual tickets, newest first.
+    Tickets {
+        #[arg(long, value_parser = ["open", "resolved"])]
+        state: Option<String>,
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=LIST_LIMIT_MAX))]
+        limit: u64,
+    },
+    /// The tickets of one saga (or of an `orphan:<request id>` key), with their evidence.
+    Ticket { biz_id: String },
+    /// Close a MANUAL_REVIEW saga as DONE or ROLLED_BACK after fixing things by hand.
+    Resolve {
+        biz_id: String,
+        #[arg(long, value_parser = parse_resolution)]
+        to: Status,
+        #[command(flatten)]
+        write: WriteArgs,
+    },
+    /// Send a MANUAL_REVIEW saga back to an intent state: automation asks the downstream again.
+    Retry {
+        biz_id: String,
+        #[arg(long, value_parser = parse_retry)]
+        from: Status,
+        #[command(flatten)]
+        write: WriteArgs,
+    },
+    /// Close a reconciliation ticket (step WMS_LEDGER or LOGISTICS_LEDGER) after dealing with it.
+    CloseTicket {
+        key: String,
+        #[arg(long)]
+        step: String,
+        #[arg(long, value_parser = parse_operator)]
+        operator: String,
+        #[arg(long, value_parser = parse_note)]
+        note: String,
+    },
+    /// Compare the downstream ledgers with the table once and open tickets for mismatches.
+    Reconcile,
+}
+
+/// What every write names: the version looked at, who, and why.
+#[derive(Debug, clap::Args)]
+struct WriteArgs {
+    /// The version shown by `sagactl show`; the write is refused if the row moved on since.
+    #[arg(long)]
+    version: u64,
+    #[arg(long, value_parser = parse_operator)]
+    operator: String,
+    #[arg(long, value_parser = parse_note)]
+    note: String,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("sagactl: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(commands::run(cli)) {
+        Ok(commands::Done::Ok) => ExitCode::SUCCESS,
+        Ok(commands::Done::Refused) => ExitCode::from(EXIT_REFUSED),
+        Err(error) => {
+            eprintln!("sagactl: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn parse_status(text: &str) -> Result<Status, String> {
+    Status::parse(&text.to_ascii_uppercase()).ok_or_else(|| {
+        let names: Vec<&str> = Status::ALL.iter().map(|s| s.as_str()).collect();
+        format!("unknown status {text:?}; one of {}", names.join(", "))
+    })
+}
+
+fn parse_resolution(text: &str) -> Result<Status, String> {
+    match parse_status(text)? {
+        status @ (Status::Done | Status::RolledBack) => Ok(status),
+        other => Err(format!("resolve closes a saga as DONE or ROLLED_BACK, not {other}; use `retry` to resume it")),
+    }
+}
+
+fn parse_retry(text: &str) -> Result<Status, String> {
+    match parse_status(text)? {
+        status if status.is_intent() => Ok(status),
+        other => Err(format!(
+            "retry resumes from an intent state (WMS_REQUESTED, LOGISTICS_REQUESTED, WMS_REVERSING, LOGISTICS_CANCELLING), not {other}"
+        )),
+    }
+}
+
+fn parse_operator(text: &str) -> Result<String, String> {
+    let name = text.trim();
+    if name.is_empty() || name.len() > OPERATOR_LEN_MAX || name.contains(char::is_whitespace) {
+        return Err(format!("operator must be a name of 1..={OPERATOR_LEN_MAX} characters without spaces"));
+    }
+    Ok(name.to_owned())
+}
+
+fn parse_note(text: &str) -> Result<String, String> {
+    let note = text.trim();
+    if note.is_empty() || note.len() > NOTE_LEN_MAX {
+        return Err(format!("note must say why, in 1..={NOTE_LEN_MAX} bytes"));
+    }
+    Ok(note.to_owned())
+}

@@ -1,0 +1,188 @@
+//! `sagactl` as an operator runs it: the real binary against a real database file (SQLite) and
+//! a MariaDB database, configured through `--set database.url=...`. Human output is checked for
+//! what a person looks for; `--json` output is parsed back.
+
+use std::time::Duration;
+
+use midflight_model::{Address, Call, Change, Line, Observation, OrderEvent, Saga, Source, Status, Step, TicketDraft};
+use midflight_stack::{MockDownstreams, MockOptions};
+use midflight_store::testing::TestDb;
+use midflight_store::{Store, TicketState, both_engines};
+use serde_json::Value;
+
+/// Exit code of a refused write.
+const REFUSED: i32 = 3;
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", self.stdout, self.stderr))
+    }
+
+    fn ok(self) -> Run {
+        assert_eq!(self.code, 0, "sagactl failed:\n{}\n{}", self.stdout, self.stderr);
+        self
+    }
+}
+
+/// Runs the binary with the test database and nothing from this process's MIDFLIGHT_* environment.
+async fn sagactl(db: &TestDb, args: &[&str]) -> Run {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_sagactl"));
+    for (name, _) in std::env::vars().filter(|(name, _)| name.starts_with("MIDFLIGHT_")) {
+        command.env_remove(name);
+    }
+    command.arg("--set").arg(format!("database.url={}", db.url)).args(args);
+    let output = command.output().await.expect("run sagactl");
+    Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+fn event(order_no: &str) -> OrderEvent {
+    OrderEvent {
+        order_no: order_no.into(),
+        event_type: "PAID".into(),
+        lines: vec![Line { sku: "SKU-0001".into(), quantity: 1 }],
+        address: Address {
+            region: "CN-SH".into(),
+            city: String::new(),
+            line: String::new(),
+            postal_code: String::new(),
+        },
+        amount_cents: 100,
+    }
+}
+
+async fn arrive(store: &Store, order_no: &str, offset: i64) -> Saga {
+    let now = store.now_ms().await.expect("clock");
+    let source = Source { topic: "orders".into(), partition: 0, offset };
+    let saga = Saga::received(&event(order_no), source, now, now + 600_000);
+    store.insert_arrivals(&[saga], "c1", 60_000, "consumer:c1").await.expect("insert").remove(0).saga().clone()
+}
+
+/// A saga automation gave up on: MANUAL_REVIEW with an open WMS ticket.
+async fn in_review(store: &Store, order_no: &str, offset: i64) -> Saga {
+    let saga = arrive(store, order_no, offset).await;
+    let ticket = TicketDraft {
+        step: Step::Wms,
+        reason: "wms can no longer reverse the lock".into(),
+        evidence: "Irreversible".into(),
+    };
+    let change = Change {
+        record_wms_intent: true,
+        ticket: Some(ticket),
+        ..Change::to(&[Status::DbWritten, Status::WmsRequested, Status::ManualReview], "test: gave up")
+    };
+    let now = store.now_ms().await.expect("clock");
+    store.write(&saga, &change, now, 60_000, "consumer:c1").await.expect("write").applied().expect("applied")
+}
+
+async fn list_show_resolve_retry(db: &TestDb) {
+    let store = &db.store;
+    arrive(store, "O-1", 1).await;
+    let review = in_review(store, "O-2", 2).await;
+    let other = in_review(store, "O-3", 3).await;
+
+    let list = sagactl(db, &["list"]).await.ok();
+    let header = list.stdout.lines().next().unwrap_or_default();
+    assert!(header.starts_with("BIZ_ID") && header.contains("STATUS") && header.contains("VERSION"), "{header}");
+    assert!(list.stdout.contains("O-1:PAID") && list.stdout.contains("MANUAL_REVIEW"), "{}", list.stdout);
+    let listed = sagactl(db, &["list", "--status", "manual_review", "--json"]).await.ok().json();
+    let statuses: Vec<&str> = listed.as_array().expect("array").iter().filter_map(|s| s["status"].as_str()).collect();
+    assert_eq!(statuses, vec!["MANUAL_REVIEW", "MANUAL_REVIEW"]);
+
+    let show = sagactl(db, &["show", &review.biz_id]).await.ok();
+    for needle in ["timeline", "WMS_REQUESTED", "MANUAL_REVIEW", "wms can no longer reverse", "sagactl resolve"] {
+        assert!(show.stdout.contains(needle), "show lacks {needle:?}:\n{}", show.stdout);
+    }
+    let shown = sagactl(db, &["show", &review.biz_id, "--json"]).await.ok().json();
+    assert_eq!(shown["saga"]["version"], review.version);
+    assert_eq!(shown["transitions"].as_array().map(Vec::len), Some(4), "{shown}");
+    assert_eq!(shown["tickets"][0]["state"], "OPEN");
+
+    // Someone looked at an older version: refused, nothing written.
+    let stale = (review.version - 1).to_string();
+    let resolve = ["resolve", &review.biz_id, "--to", "DONE", "--operator", "alice", "--note", "locked by hand"];
+    let refused = sagactl(db, &[&resolve[..], &["--version", &stale]].concat()).await;
+    assert_eq!(refused.code, REFUSED, "{}{}", refused.stdout, refused.stderr);
+    assert!(refused.stderr.contains("changed underneath"), "{}", refused.stderr);
+    assert_eq!(store.get(&review.biz_id).await.expect("get").expect("row").version, review.version);
+
+    let version = review.version.to_string();
+    let applied = sagactl(db, &[&resolve[..], &["--version", &version, "--json"]].concat()).await.ok().json();
+    assert_eq!((applied["result"].as_str(), applied["saga"]["status"].as_str()), (Some("applied"), Some("DONE")));
+    let log = store.transitions(&review.biz_id).await.expect("log");
+    let last = log.last().expect("log row");
+    assert_eq!((last.to, last.actor.as_str()), (Status::Done, "operator:alice"));
+    assert_eq!(store.tickets_of(&review.biz_id).await.expect("tickets")[0].state, TicketState::Resolved);
+
+    // Retry sends the other saga back to its intent, for automation to settle by query.
+    let retry = |version: String| {
+        let id = other.biz_id.clone();
+        async move {
+            let args = ["retry", &id, "--from", "WMS_REQUESTED", "--version", &version, "--operator", "bob"];
+            sagactl(db, &[&args[..], &["--note", "wms console is back"]].concat()).await
+        }
+    };
+    let retried = retry(other.version.to_string()).await.ok();
+    assert!(retried.stdout.contains("-> WMS_REQUESTED"), "{}", retried.stdout);
+    let row = store.get(&other.biz_id).await.expect("get").expect("row");
+    assert_eq!(row.status, Status::WmsRequested);
+    let twice = retry(row.version.to_string()).await;
+    assert_eq!(twice.code, REFUSED, "only a MANUAL_REVIEW saga can be retried: {}", twice.stderr);
+    assert!(twice.stderr.contains("only a MANUAL_REVIEW saga"), "{}", twice.stderr);
+
+    let no_operator = sagactl(db, &["resolve", &other.biz_id, "--to", "DONE", "--version", "1", "--note", "x"]).await;
+    assert_eq!(no_operator.code, 2, "the operator's name is required for writes");
+    let to_intent = ["resolve", &other.biz_id, "--to", "WMS_REQUESTED", "--version", "1", "--operator", "alice"];
+    let wrong_target = sagactl(db, &[&to_intent[..], &["--note", "x"]].concat()).await;
+    assert_eq!(wrong_target.code, 2, "resolve only closes as DONE or ROLLED_BACK: {}", wrong_target.stderr);
+}
+both_engines!(list_show_resolve_and_retry, list_show_resolve_retry);
+
+async fn tickets_stuck_and_reconcile(db: &TestDb) {
+    let store = &db.store;
+    in_review(store, "O-2", 2).await;
+    let tickets = sagactl(db, &["tickets", "--state", "open", "--json"]).await.ok().json();
+    assert_eq!(tickets.as_array().map(Vec::len), Some(1), "{tickets}");
+    let one = sagactl(db, &["ticket", "O-2:PAID"]).await.ok();
+    assert!(one.stdout.contains("evidence") && one.stdout.contains("Irreversible"), "{}", one.stdout);
+    let missing = sagactl(db, &["ticket", "NOPE:PAID"]).await;
+    assert_eq!(missing.code, 1, "{}", missing.stderr);
+
+    arrive(store, "O-1", 1).await;
+    let stuck = sagactl(db, &["stuck", "--older-than-ms", "0", "--json"]).await.ok().json();
+    let ids: Vec<&str> = stuck.as_array().expect("array").iter().filter_map(|s| s["biz_id"].as_str()).collect();
+    assert_eq!(ids, vec!["O-1:PAID"], "terminal sagas are not stuck");
+
+    // Reconcile once against mocks holding an orphan lock.
+    let mocks = MockDownstreams::start(MockOptions::default()).await;
+    let ghost = Saga::received(&event("GHOST"), Source { topic: "orders".into(), partition: 0, offset: 9 }, 0, 0);
+    let locked = mocks.client().call(Call::LockStock, &ghost, Duration::from_secs(5)).await;
+    assert_eq!(locked, Observation::Wms(midflight_model::WmsAnswer::Locked));
+    let endpoints = [
+        "--set".to_owned(),
+        format!("wms.endpoint={}", mocks.wms_endpoint),
+        "--set".to_owned(),
+        format!("logistics.endpoint={}", mocks.logistics_endpoint),
+    ];
+    let args: Vec<&str> = endpoints.iter().map(String::as_str).collect();
+    let report = sagactl(db, &[&args[..], &["reconcile", "--json"]].concat()).await.ok().json();
+    assert_eq!((report["orphans"].as_u64(), report["tickets_opened"].as_u64()), (Some(1), Some(1)), "{report}");
+    let human = sagactl(db, &[&args[..], &["reconcile"]].concat()).await.ok();
+    assert!(human.stdout.contains("orphan") && human.stdout.contains("already_open"), "{}", human.stdout);
+    let key = report["findings"][0]["request_id"].as_str().map(|id| format!("orphan:{id}")).expect("request id");
+    let close = ["close-ticket", &key, "--step", "WMS_LEDGER", "--operator", "carol", "--note", "reversed in wms"];
+    sagactl(db, &close).await.ok();
+    let again = sagactl(db, &close).await;
+    assert_eq!(again.code, REFUSED, "{}", again.stderr);
+}
+both_engines!(tickets_stuck_and_reconcile_once, tickets_stuck_and_reconcile);
