@@ -158,7 +158,8 @@ async fn idempotent_repeat_creates_one_shipment() {
     mock.stop().await;
 }
 
-#[tokio::test]
+// Two workers, so the repeats really run in parallel against the write lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_repeats_create_one_shipment() {
     let db = TempDb::new();
     let mut mock = Mock::start(config(&db.url())).await;

@@ -173,7 +173,8 @@ async fn idempotent_repeat_deducts_once() {
     mock.stop().await;
 }
 
-#[tokio::test]
+// Two workers, so the repeats really run in parallel against the write lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_repeats_deduct_once() {
     let db = TempDb::new();
     let mock = Mock::start(config(&db.url())).await;
