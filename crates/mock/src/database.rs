@@ -72,3 +72,36 @@ pub async fn ensure_table<E: EntityTrait>(db: &DatabaseConnection, entity: E) ->
 fn scheme(url: &str) -> &str {
     url.split_once(':').map_or("unknown", |(scheme, _)| scheme)
 }
+
+#[cfg(test)]
+mod tests {
+    use sea_orm::{ConnectionTrait, Statement};
+
+    use super::*;
+
+    async fn pragma(db: &DatabaseConnection, name: &str) -> String {
+        let row = db
+            .query_one_raw(Statement::from_string(DbBackend::Sqlite, format!("PRAGMA {name}")))
+            .await
+            .expect("pragma query")
+            .expect("pragma row");
+        row.try_get_by_index::<String>(0)
+            .or_else(|_| row.try_get_by_index::<i64>(0).map(|n| n.to_string()))
+            .expect("pragma value")
+    }
+
+    #[tokio::test]
+    async fn sqlite_runs_in_wal_mode_with_normal_sync() {
+        let path = std::env::temp_dir().join(format!("midflight-mock-db-{}.db", std::process::id()));
+        let url = format!("sqlite://{}?mode=rwc", path.display());
+        let db =
+            connect(&DatabaseSection { url, max_connections: 1, ..DatabaseSection::default() }).await.expect("connect");
+        assert_eq!(pragma(&db, "journal_mode").await, "wal");
+        // 1 is NORMAL: the WAL is written at every commit and synced at checkpoints.
+        assert_eq!(pragma(&db, "synchronous").await, "1");
+        drop(db);
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+    }
+}
