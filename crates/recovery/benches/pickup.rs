@@ -23,10 +23,30 @@ use midflight_store::testing::{Engine, TestDb};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-/// Sagas abandoned per case: about what three of eight consumers hold in flight at 4,000 msg/s.
-const SAGAS: usize = 1_000;
-/// Sagas per insert, each batch with its own lease, so expiries spread over `EXPIRY_SPREAD_MS`.
-const BATCH: usize = 50;
+/// One measured case.
+#[derive(Debug, Clone, Copy)]
+struct Case {
+    /// Sagas abandoned: 1,000 is about what three of eight consumers hold in flight at
+    /// 4,000 msg/s (the incident's rebalance); 100 is a trickle that never saturates a worker.
+    sagas: usize,
+    workers: usize,
+    scan_interval_ms: u64,
+    concurrency_max: usize,
+}
+
+/// Defaults first (1 s scans, 64 drives), then the two knobs that move pickup time.
+const CASES: [Case; 7] = [
+    Case { sagas: 1_000, workers: 1, scan_interval_ms: 1_000, concurrency_max: 64 },
+    Case { sagas: 1_000, workers: 2, scan_interval_ms: 1_000, concurrency_max: 64 },
+    Case { sagas: 1_000, workers: 1, scan_interval_ms: 100, concurrency_max: 64 },
+    Case { sagas: 1_000, workers: 2, scan_interval_ms: 100, concurrency_max: 64 },
+    Case { sagas: 1_000, workers: 1, scan_interval_ms: 100, concurrency_max: 256 },
+    Case { sagas: 100, workers: 1, scan_interval_ms: 1_000, concurrency_max: 64 },
+    Case { sagas: 100, workers: 1, scan_interval_ms: 100, concurrency_max: 64 },
+];
+/// Inserts per case, each batch with its own lease, so expiries spread over `EXPIRY_SPREAD_MS`
+/// in this many steps.
+const BATCHES: usize = 20;
 /// Lease of the first batch: long enough for the whole insert to finish before any expiry.
 const FIRST_LEASE_MS: i64 = 3_000;
 /// Expiries are spread over this window (a rebalance kicks consumers out within a second or two).
@@ -37,30 +57,34 @@ const CASE_LIMIT: Duration = Duration::from_secs(300);
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     runtime.block_on(async {
-        println!("engine   workers  scan_interval_ms  sagas  pickup_p50_ms  pickup_p99_ms  pickup_max_ms  all_done_after_expiry_ms");
+        println!(
+            "| engine | sagas | workers | scan_interval_ms | concurrency_max | pickup p50 ms | pickup p99 ms | pickup max ms | all done after last expiry ms |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|");
         for engine in [Engine::Sqlite, Engine::MySql] {
-            for (workers, scan_interval_ms) in [(1, 1_000), (2, 1_000), (1, 100), (2, 100)] {
+            for case in CASES {
                 let Some(db) = TestDb::fresh(engine).await else { break };
-                run_case(&db, workers, scan_interval_ms).await;
+                run_case(&db, case).await;
             }
         }
     });
 }
 
-async fn run_case(db: &TestDb, workers: usize, scan_interval_ms: u64) {
+async fn run_case(db: &TestDb, case: Case) {
     let mocks = MockDownstreams::start(MockOptions {
         wms_faults: latency(&["LockStock", "QueryLock", "ReverseLock"], 60, 180),
         logistics_faults: latency(&["CreateShipment", "QueryShipment", "CancelShipment"], 100, 320),
         ..MockOptions::default()
     })
     .await;
-    let expiries = abandon(&db.store).await;
+    let expiries = abandon(&db.store, case.sagas).await;
     let shutdown = CancellationToken::new();
     let mut running = JoinSet::new();
-    for index in 0..workers {
+    for index in 0..case.workers {
         let section = RecoverySection {
             instance: format!("bench{index}"),
-            scan_interval_ms,
+            scan_interval_ms: case.scan_interval_ms,
+            concurrency_max: case.concurrency_max,
             reconcile_interval_ms: 0,
             migrate_on_start: false,
             ..RecoverySection::default()
@@ -76,15 +100,16 @@ async fn run_case(db: &TestDb, workers: usize, scan_interval_ms: u64) {
     let mut pickups = pickup_times(&db.store, &expiries).await;
     pickups.sort_unstable();
     let last_expiry = expiries.values().copied().max().unwrap_or(0);
+    let engine = match db.engine {
+        Engine::Sqlite => "sqlite",
+        Engine::MySql => "mariadb",
+    };
     println!(
-        "{:<8} {:>7}  {:>16}  {:>5}  {:>13}  {:>13}  {:>13}  {:>24}",
-        match db.engine {
-            Engine::Sqlite => "sqlite",
-            Engine::MySql => "mysql",
-        },
-        workers,
-        scan_interval_ms,
-        pickups.len(),
+        "| {engine} | {} | {} | {} | {} | {} | {} | {} | {} |",
+        case.sagas,
+        case.workers,
+        case.scan_interval_ms,
+        case.concurrency_max,
         percentile(&pickups, 50),
         percentile(&pickups, 99),
         pickups.last().copied().unwrap_or(0),
@@ -100,22 +125,22 @@ fn latency(methods: &[&str], p50_ms: u32, p99_ms: u32) -> Faults {
     plan
 }
 
-/// Inserts `SAGAS` RECEIVED rows leased to a consumer that never comes back; returns each
+/// Inserts `sagas` RECEIVED rows leased to a consumer that never comes back; returns each
 /// saga's lease expiry (database clock).
-async fn abandon(store: &Store) -> HashMap<String, i64> {
+async fn abandon(store: &Store, sagas: usize) -> HashMap<String, i64> {
     let now = store.now_ms().await.expect("clock");
-    let mut expiries = HashMap::with_capacity(SAGAS);
-    let batches = SAGAS / BATCH;
+    let mut expiries = HashMap::with_capacity(sagas);
+    let batch_rows = sagas.div_ceil(BATCHES);
+    let batches = sagas.div_ceil(batch_rows);
     for batch in 0..batches {
         let lease_ms = FIRST_LEASE_MS + EXPIRY_SPREAD_MS * batch as i64 / batches as i64;
-        let sagas: Vec<Saga> = (0..BATCH)
-            .map(|i| {
-                let n = batch * BATCH + i;
+        let rows: Vec<Saga> = (batch * batch_rows..((batch + 1) * batch_rows).min(sagas))
+            .map(|n| {
                 let source = Source { topic: "orders".into(), partition: (n % 16) as i32, offset: n as i64 };
                 Saga::received(&order(n), source, now, now + 600_000)
             })
             .collect();
-        let arrivals = store.insert_arrivals(&sagas, "dead-consumer", lease_ms, "consumer:dead").await.expect("insert");
+        let arrivals = store.insert_arrivals(&rows, "dead-consumer", lease_ms, "consumer:dead").await.expect("insert");
         for arrival in arrivals {
             let saga = arrival.saga();
             expiries.insert(saga.biz_id.clone(), saga.lease.until_ms);

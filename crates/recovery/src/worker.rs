@@ -135,7 +135,12 @@ impl<D: Downstream> Worker<D> {
         let permits = Arc::new(Semaphore::new(self.section.concurrency_max));
         let mut drives = JoinSet::new();
         let mut cursor: Option<ScanCursor> = None;
+        let mut next_scan_at = Instant::now();
         while !self.shutdown.is_cancelled() {
+            if cursor.is_none() {
+                // A scan starts every interval, however long walking the last one took.
+                next_scan_at = Instant::now() + millis(self.section.scan_interval_ms);
+            }
             while drives.try_join_next().is_some() {}
             match self.scan_page(cursor.as_ref(), &permits, &mut drives).await {
                 Ok(next) => cursor = next,
@@ -147,7 +152,7 @@ impl<D: Downstream> Worker<D> {
             // A full page means more backlog behind it: read on at once. Otherwise rest.
             if cursor.is_none() {
                 tokio::select! {
-                    _ = tokio::time::sleep(millis(self.section.scan_interval_ms)) => {}
+                    _ = tokio::time::sleep_until(next_scan_at.into()) => {}
                     _ = self.shutdown.cancelled() => {}
                 }
             }
