@@ -18,7 +18,7 @@ use crate::workload::Workload;
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoArgs {
     /// Orders produced in each run.
-    #[arg(long, default_value_t = 1_000)]
+    #[arg(long, default_value_t = 600)]
     pub messages: usize,
     /// Seed of the workload and of the mocks' fault draws.
     #[arg(long, default_value_t = 7)]

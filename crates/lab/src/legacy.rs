@@ -57,7 +57,9 @@ const TABLE: &str =
     "CREATE TABLE IF NOT EXISTS legacy_orders (biz_id VARCHAR(191) NOT NULL PRIMARY KEY, status VARCHAR(16) NOT NULL)";
 
 pub async fn run(config: LegacyConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let db = Database::connect(config.database.url.as_str()).await.context("legacy: cannot connect")?;
+    let mut options = sea_orm::ConnectOptions::new(config.database.url.clone());
+    options.sqlx_logging(false);
+    let db = Database::connect(options).await.context("legacy: cannot connect")?;
     db.execute_unprepared(TABLE).await?;
     let downstreams = Downstreams::connect_lazy(&config.wms, &config.logistics)?;
     let consumer: StreamConsumer = ClientConfig::new()
@@ -82,7 +84,10 @@ pub async fn run(config: LegacyConfig, shutdown: CancellationToken) -> anyhow::R
         if let Ok(event) = OrderEvent::parse(&payload) {
             process(&db, &downstreams, &event, source, timeout, &shutdown).await?;
         }
-        consumer.commit_message(&message, CommitMode::Sync)?;
+        // The old consumer logged a failed commit and went on; the message comes back later.
+        if let Err(error) = consumer.commit_message(&message, CommitMode::Sync) {
+            tracing::warn!(%error, "commit failed");
+        }
     }
     Ok(())
 }
@@ -154,7 +159,9 @@ async fn status(db: &DatabaseConnection, biz_id: &str) -> anyhow::Result<Option<
 
 /// Orders per legacy status, for the report.
 pub async fn statuses(url: &str) -> anyhow::Result<Vec<(String, usize)>> {
-    let db = Database::connect(url).await?;
+    let mut options = sea_orm::ConnectOptions::new(url.to_owned());
+    options.sqlx_logging(false);
+    let db = Database::connect(options).await?;
     db.execute_unprepared(TABLE).await?;
     let rows = db
         .query_all_raw(Statement::from_string(

@@ -332,6 +332,11 @@ async fn legacy_report(system: &System, expected: &Expected, name: &str) -> anyh
     Ok(report)
 }
 
+/// A line above the progress bar, or on its own when there is no terminal to draw one on.
+fn say(progress: &ProgressBar, line: String) {
+    if progress.is_hidden() { println!("{line}") } else { progress.println(line) }
+}
+
 fn progress_bar(name: &str, total: usize) -> ProgressBar {
     let bar = ProgressBar::new(total as u64);
     if let Ok(style) = ProgressStyle::with_template("{prefix} [{elapsed_precise}] {bar:40} {pos}/{len} settled") {

@@ -70,8 +70,10 @@ impl Workload {
 }
 
 fn order(rng: &mut StdRng, order_no: &str, event_type: &str, region: &str) -> OrderEvent {
+    // Distinct SKUs: the WMS refuses an order that names one SKU on two lines.
+    let first = rng.random_range(1..=98);
     let lines = (0..rng.random_range(1..=3))
-        .map(|_| Line { sku: format!("SKU-{:04}", rng.random_range(1..=100)), quantity: rng.random_range(1..=3) })
+        .map(|n| Line { sku: format!("SKU-{:04}", first + n), quantity: rng.random_range(1..=3) })
         .collect();
     OrderEvent {
         order_no: order_no.to_owned(),

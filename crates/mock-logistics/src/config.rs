@@ -97,3 +97,9 @@ mod tests {
         assert_eq!(config.problems().len(), 2, "{:#?}", config.problems());
     }
 }
+
+impl midflight_service::ServiceConfig for LogisticsConfig {
+    fn telemetry(&self) -> &TelemetrySection {
+        &self.telemetry
+    }
+}

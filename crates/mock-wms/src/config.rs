@@ -130,3 +130,9 @@ mod tests {
         assert_eq!(config.problems().len(), 3, "{:#?}", config.problems());
     }
 }
+
+impl midflight_service::ServiceConfig for WmsConfig {
+    fn telemetry(&self) -> &TelemetrySection {
+        &self.telemetry
+    }
+}

@@ -16,7 +16,9 @@ pub struct Telemetry {
 pub fn init_telemetry(service: &'static str, section: &TelemetrySection) -> Result<Telemetry, Error> {
     let filter = EnvFilter::try_new(&section.log_filter)
         .map_err(|e| Error::Telemetry(format!("telemetry.log_filter {:?}: {e}", section.log_filter)))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    // Colours only on a terminal: log files and collectors get plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false).with_ansi(ansi);
     let installed = if section.log_format == "json" {
         builder.json().flatten_event(true).try_init()
     } else {
