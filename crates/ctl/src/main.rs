@@ -77,6 +77,7 @@ enum Command {
     /// Close a MANUAL_REVIEW saga as DONE or ROLLED_BACK after fixing things by hand.
     Resolve {
         biz_id: String,
+        /// DONE or ROLLED_BACK: what the saga really ended as, after the manual fix.
         #[arg(long, value_parser = parse_resolution)]
         to: Status,
         #[command(flatten)]
@@ -85,6 +86,8 @@ enum Command {
     /// Send a MANUAL_REVIEW saga back to an intent state: automation asks the downstream again.
     Retry {
         biz_id: String,
+        /// The intent state to resume from: WMS_REQUESTED, LOGISTICS_REQUESTED, WMS_REVERSING or
+        /// LOGISTICS_CANCELLING. The downstream is asked about our request id; nothing is resent blindly.
         #[arg(long, value_parser = parse_retry)]
         from: Status,
         #[command(flatten)]
@@ -92,7 +95,9 @@ enum Command {
     },
     /// Close a reconciliation ticket (step WMS_LEDGER or LOGISTICS_LEDGER) after dealing with it.
     CloseTicket {
+        /// The ticket's key: a biz_id or `orphan:<request id>`.
         key: String,
+        /// WMS_LEDGER or LOGISTICS_LEDGER.
         #[arg(long)]
         step: String,
         #[arg(long, value_parser = parse_operator)]
@@ -110,8 +115,10 @@ struct WriteArgs {
     /// The version shown by `sagactl show`; the write is refused if the row moved on since.
     #[arg(long)]
     version: u64,
+    /// Who decides (recorded in the transition log as `operator:<name>`).
     #[arg(long, value_parser = parse_operator)]
     operator: String,
+    /// Why, for the transition log and the ticket's resolution.
     #[arg(long, value_parser = parse_note)]
     note: String,
 }
