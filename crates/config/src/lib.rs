@@ -9,7 +9,9 @@
 //! to the type the compiled-in default has at that path (string, number, bool, list), so
 //! `MIDFLIGHT_KAFKA__GROUP_ID=123` stays a string and `..._LEASE_MS=900` becomes a number.
 //! Unknown keys are errors (every section denies unknown fields), so a typo in a file or a
-//! variable name is reported at start-up instead of silently falling back to a default.
+//! variable name is reported at start-up instead of silently falling back to a default. The one
+//! exception: a `MIDFLIGHT_` variable without a `__` section separator that names no top-level
+//! key is taken to belong to another tool (e.g. `MIDFLIGHT_TEST_MYSQL_URL`) and ignored.
 
 mod sections;
 
@@ -79,6 +81,12 @@ pub fn load<T: Config>(sources: &Sources) -> Result<T, Error> {
     env.sort();
     for (name, raw) in env {
         let path: Vec<String> = name[ENV_PREFIX.len()..].split(ENV_NESTING).map(str::to_ascii_lowercase).collect();
+        // A variable without a section (`MIDFLIGHT_TEST_MYSQL_URL`) that names no top-level key
+        // belongs to a tool (the tests, the lab), not to this service: leave it alone. One that
+        // names a section (`MIDFLIGHT_DATABSE__URL`) is configuration, and a typo there is an error.
+        if path.len() == 1 && defaults.get(&path[0]).is_none() {
+            continue;
+        }
         set_path(&mut merged, &defaults, &path, raw, &format!("environment variable {name}"))?;
     }
     for item in &sources.overrides {

@@ -53,6 +53,10 @@ fn layers_apply_in_order_and_keep_types() {
 fn unknown_keys_and_bad_values_are_named() {
     let err = load::<Demo>(&sources(&[("MIDFLIGHT_KAFKA__GRUOP_ID", "x")], &[])).expect_err("typo");
     assert!(err.to_string().contains("gruop_id"), "{err}");
+    let err = load::<Demo>(&sources(&[("MIDFLIGHT_DATABSE__URL", "x")], &[])).expect_err("typo in a section");
+    assert!(err.to_string().contains("databse"), "{err}");
+    // Another tool's variable, with no section, is not this service's business.
+    load::<Demo>(&sources(&[("MIDFLIGHT_TEST_MYSQL_URL", "mysql://x")], &[])).expect("ignored");
     let err = load::<Demo>(&sources(&[], &["lease_ms=soon"])).expect_err("not a number");
     assert!(err.to_string().contains("override lease_ms") && err.to_string().contains("number"), "{err}");
     let err = load::<Demo>(&sources(&[], &["lease_ms"])).expect_err("no value");

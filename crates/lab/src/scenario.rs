@@ -38,7 +38,7 @@ pub struct ScenarioArgs {
     /// List the catalogue with each scenario's header.
     #[arg(long)]
     pub list: bool,
-    /// A MySQL server URL to run on; SQLite files otherwise (`database-loss` always needs one).
+    /// A MySQL server URL for the scenarios that need one (`database-loss`); the others run on SQLite files.
     #[arg(long, env = "MIDFLIGHT_LAB_MYSQL_URL")]
     pub mysql_url: Option<String>,
     #[arg(long, default_value = "run")]
@@ -129,7 +129,8 @@ impl Scenario {
         let mut spec = SystemSpec::new(name, run_dir);
         spec.consumers = self.consumers;
         spec.recovery_workers = self.recovery_workers;
-        spec.mysql_url = args.mysql_url.clone();
+        // The embedded default (SQLite) unless the scenario is about the database connection.
+        spec.mysql_url = if self.needs_mysql { args.mysql_url.clone() } else { None };
         spec.wms_faults = self.wms_faults.clone();
         spec.logistics_faults = self.logistics_faults.clone();
         if let Some(lease_ms) = self.lease_ms {
@@ -209,7 +210,7 @@ pub async fn run(args: ScenarioArgs) -> anyhow::Result<bool> {
     let mut all_passed = true;
     for (name, text) in selected {
         let scenario = Scenario::parse(name, text)?;
-        if scenario.needs_mysql && args.mysql_url.is_none() {
+        if scenario.needs_mysql && args.mysql_url.as_deref().is_none_or(str::is_empty) {
             bail!("scenario {name} cuts the database connection and needs --mysql-url (or MIDFLIGHT_LAB_MYSQL_URL)");
         }
         println!("scenario {name}\n    {}", header(text));

@@ -360,7 +360,7 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 async fn database_url(spec: &SystemSpec, dir: &Path) -> anyhow::Result<String> {
-    let Some(server) = &spec.mysql_url else {
+    let Some(server) = spec.mysql_url.as_ref().filter(|url| !url.is_empty()) else {
         return Ok(format!("sqlite://{}?mode=rwc", dir.join("saga.db").display()));
     };
     use sea_orm::ConnectionTrait;
