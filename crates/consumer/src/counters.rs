@@ -62,6 +62,8 @@ counters! {
     stopped,
     /// Sagas whose drive failed on the store; their lease expires and recovery resumes them.
     failed,
+    /// Drives that panicked or were abandoned at the shutdown deadline; their leases expire.
+    aborted,
     /// Sagas accepted and not yet ended (running or queued behind their order): a gauge.
     in_flight,
     /// Times the partitions were paused because `in_flight_max` was reached.

@@ -186,14 +186,16 @@ pub(crate) fn consumer(section: &KafkaSection, owner: &str, context: Context) ->
         .set("enable.auto.offset.store", "false")
         // A new group starts at the beginning: at-least-once means no message is skipped.
         .set("auto.offset.reset", "earliest")
-        .set("session.timeout.ms", section.session_timeout_ms.to_string())
         .set("max.poll.interval.ms", section.max_poll_interval_ms.to_string())
         .set("group.protocol", &section.group_protocol);
     if section.group_protocol == "classic" {
         // Only moved partitions are revoked, so a join does not stop every instance's fetching.
-        // (KIP-848's `consumer` protocol assigns on the broker and refuses this setting.)
-        config.set("partition.assignment.strategy", "cooperative-sticky");
+        config
+            .set("partition.assignment.strategy", "cooperative-sticky")
+            .set("session.timeout.ms", section.session_timeout_ms.to_string());
     }
+    // Under KIP-848's `consumer` protocol the broker assigns (always incrementally) and owns the
+    // session timeout; librdkafka refuses both settings there.
     if let Some(instance_id) = &section.group_instance_id {
         config.set("group.instance.id", instance_id);
     }

@@ -40,8 +40,16 @@ pub(crate) enum JobKind {
 pub(crate) struct Ended {
     pub biz_id: String,
     pub order_no: String,
-    /// `None` for a claim someone else won, or a task that panicked or was aborted.
-    pub outcome: Option<Outcome>,
+    pub how: How,
+}
+
+#[derive(Debug)]
+pub(crate) enum How {
+    Drove(Outcome),
+    /// Someone else won the claim (or the row was no longer claimable).
+    ClaimLost,
+    /// The task panicked or was aborted at the shutdown deadline; the lease expires.
+    Aborted,
 }
 
 /// Per-order queues over a set of running drives.
@@ -110,21 +118,22 @@ impl<D: Downstream> Scheduler<D> {
                         "saga task panicked; its lease will expire and recovery resumes it"
                     );
                 }
-                Ended { biz_id, order_no, outcome: None }
+                Ended { biz_id, order_no, how: How::Aborted }
             }
         })
     }
 
     /// Books an ended job and starts the next saga of its order, if any.
     pub(crate) fn ended(&mut self, ended: Ended) {
-        match &ended.outcome {
-            Some(outcome) => {
+        match &ended.how {
+            How::Drove(outcome) => {
                 self.counters.ended(outcome);
                 if matches!(outcome, Outcome::Finished(midflight_model::Status::Done)) {
                     self.outbox_ready.notify_one();
                 }
             }
-            None => Counters::add(&self.counters.claims_lost, 1),
+            How::ClaimLost => Counters::add(&self.counters.claims_lost, 1),
+            How::Aborted => Counters::add(&self.counters.aborted, 1),
         }
         self.in_flight.remove(&ended.biz_id);
         if let Some(queue) = self.orders.get_mut(&ended.order_no) {
@@ -162,8 +171,12 @@ impl<D: Downstream> Scheduler<D> {
 
     /// Aborts every running drive (their leases expire; recovery resumes them).
     pub(crate) async fn abort_all(&mut self) {
+        Counters::add(&self.counters.aborted, self.tasks.len() as u64);
         self.tasks.shutdown().await;
         self.running.clear();
+        self.in_flight.clear();
+        self.orders.clear();
+        self.gauge();
     }
 
     fn start_front(&mut self, order_no: &str) {
@@ -174,11 +187,11 @@ impl<D: Downstream> Scheduler<D> {
         let task_biz_id = biz_id.clone();
         let task_order_no = order_no.clone();
         let handle = self.tasks.spawn(async move {
-            let outcome = match kind {
-                JobKind::Fresh { saga, leased_at } => Some(driver.drive(*saga, leased_at).await),
-                JobKind::Claim => driver.claim_and_drive(&task_biz_id).await,
+            let how = match kind {
+                JobKind::Fresh { saga, leased_at } => How::Drove(driver.drive(*saga, leased_at).await),
+                JobKind::Claim => driver.claim_and_drive(&task_biz_id).await.map_or(How::ClaimLost, How::Drove),
             };
-            Ended { biz_id: task_biz_id, order_no: task_order_no, outcome }
+            Ended { biz_id: task_biz_id, order_no: task_order_no, how }
         });
         self.running.insert(handle.id(), (biz_id, order_no));
     }

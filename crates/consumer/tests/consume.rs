@@ -479,6 +479,68 @@ async fn expired_lease_redelivered(db: &TestDb) {
 }
 both_engines!(redelivered_expired_lease_is_claimed, expired_lease_redelivered);
 
+async fn static_restart(db: &TestDb) {
+    let harness = Harness::start(MockOptions::default()).await;
+    // Static membership is honoured under KIP-848 (`group.protocol=consumer`); the classic
+    // protocol of the user's Kafka 3.5 has it too, but the mock cluster ignores it there.
+    let config = |instance: &str| {
+        let mut config = harness.config("g", instance);
+        config.kafka.group_protocol = "consumer".to_owned();
+        config.kafka.group_instance_id = Some(instance.to_owned());
+        // The broker owns the session and heartbeat under this protocol.
+        config.kafka.properties.clear();
+        config
+    };
+    let started = Instant::now();
+    let a = harness.start_consumer(config("a"), &db.store);
+    let b = harness.start_consumer(config("b"), &db.store);
+    eventually("the partitions split between the two members", || async {
+        let (sa, sb) = (a.snapshot(), b.snapshot());
+        let split = sa.partitions_assigned > 0 && sb.partitions_assigned > 0;
+        if split && sa.partitions_assigned + sb.partitions_assigned == PARTITIONS as u64 {
+            Ok(())
+        } else {
+            Err(format!("a {sa:?}\nb {sb:?}"))
+        }
+    })
+    .await;
+    eprintln!("two static members split the partitions after {:?}", started.elapsed());
+    let first = orders("R", 40);
+    harness.produce_events(&first).await;
+    eventually("the first wave DONE", || async {
+        let done = a.snapshot().done + b.snapshot().done;
+        if done == 40 { Ok(()) } else { Err(format!("{done} done")) }
+    })
+    .await;
+    let (a_owned, b_before) = (a.snapshot().partitions_assigned, b.snapshot());
+
+    // A rolling restart of `a`: same instance id, new process incarnation.
+    let started = Instant::now();
+    a.stop().await;
+    let a_again = harness.start_consumer(config("a"), &db.store);
+    eventually("the restarted member gets its partitions back", || async {
+        let s = a_again.snapshot();
+        if s.partitions_assigned == a_owned { Ok(()) } else { Err(format!("{s:?}")) }
+    })
+    .await;
+    eprintln!("static member back with its {a_owned} partitions after {:?}", started.elapsed());
+    let second = orders("T", 40);
+    harness.produce_events(&second).await;
+    eventually("the second wave DONE", || async {
+        let done = statuses(&db.store).await;
+        if done == BTreeMap::from([(Status::Done, 80)]) { Ok(()) } else { Err(format!("{done:?}")) }
+    })
+    .await;
+    let b_mid = b.snapshot();
+    assert_eq!(b_mid.partitions_revoked, b_before.partitions_revoked, "the restart moved nothing away from b");
+    assert_eq!(b_mid.partitions_assigned, b_before.partitions_assigned, "nor to b");
+    let (a_after, b_after) = (a_again.stop().await, b.stop().await);
+    assert_eq!(b_after.fresh - b_before.fresh + a_after.fresh, 40, "a {a_after:?}\nb {b_after:?}");
+    assert_eq!(statuses(&db.store).await, BTreeMap::from([(Status::Done, 80)]));
+    harness.assert_all_committed("g").await;
+}
+both_engines!(static_member_restart_keeps_the_assignment, static_restart);
+
 #[tokio::test]
 async fn bad_config_is_refused_with_its_reason() {
     let db = TestDb::fresh(midflight_store::testing::Engine::Sqlite).await.expect("sqlite");

@@ -37,6 +37,10 @@ pub const INITIAL_REBALANCE_DELAY_MS: i32 = 100;
 pub const TEST_SESSION_TIMEOUT_MS: u64 = 3_000;
 /// Heartbeats well inside the short session above.
 const TEST_HEARTBEAT_INTERVAL_MS: &str = "500";
+/// The mock broker answers a fetch that finds no data only after the fetch's full wait
+/// (`fetch.wait.max.ms`, 500 ms by default), even if data arrives meanwhile; a real broker
+/// answers as soon as data arrives. A short wait keeps latencies measured here realistic.
+pub const TEST_FETCH_WAIT_MAX_MS: &str = "10";
 /// Deadline of one blocking metadata, watermark or offset request to the mock.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a read of a topic waits for one more message before giving up.
@@ -113,8 +117,9 @@ impl EmbeddedKafka {
         cluster.create_topic(topic, partitions, REPLICATION)
     }
 
-    /// Kafka settings for a service under test: this cluster, `group_id`, and a short session
-    /// so that joins and leaves complete in seconds.
+    /// Kafka settings for a service under test: this cluster, `group_id`, a short session so
+    /// that joins and leaves complete in seconds, and a short fetch wait (see
+    /// [`TEST_FETCH_WAIT_MAX_MS`]).
     pub fn section(&self, group_id: &str) -> KafkaSection {
         let mut section = KafkaSection {
             bootstrap_servers: self.bootstrap.clone(),
@@ -123,6 +128,7 @@ impl EmbeddedKafka {
             ..KafkaSection::default()
         };
         section.properties.insert("heartbeat.interval.ms".to_owned(), TEST_HEARTBEAT_INTERVAL_MS.to_owned());
+        section.properties.insert("fetch.wait.max.ms".to_owned(), TEST_FETCH_WAIT_MAX_MS.to_owned());
         section
     }
 
