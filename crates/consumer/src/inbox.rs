@@ -10,10 +10,10 @@ use std::time::Duration;
 use futures::future::join_all;
 use midflight_model::{OrderEvent, PayloadError, Saga, Source};
 use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureRecord;
 
 use crate::error::{Error, MessageRef};
-use crate::kafka::Partition;
+use crate::kafka::{Partition, Producer};
 
 /// The W3C header carrying the producer's trace context.
 pub const TRACEPARENT_HEADER: &str = "traceparent";
@@ -111,7 +111,7 @@ pub(crate) fn next_offsets(batch: &[Incoming]) -> BTreeMap<Partition, i64> {
 /// Delivers a copy of each poison message to `topic`, with its error in a header, and waits
 /// for every acknowledgement. Copies are keyed like the original, so a replay tool can put the
 /// repaired message back on the same partition.
-pub(crate) async fn dead_letter(producer: &FutureProducer, topic: &str, poison: &[Poison<'_>]) -> Result<(), Error> {
+pub(crate) async fn dead_letter(producer: &Producer, topic: &str, poison: &[Poison<'_>]) -> Result<(), Error> {
     let mut deliveries = Vec::with_capacity(poison.len());
     for Poison { message, saga, error } in poison {
         let error = error.to_string();

@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use midflight_config::KafkaSection;
 use rdkafka::client::ClientContext;
@@ -33,11 +34,69 @@ pub(crate) type Partition = (String, i32);
 /// The consumer client the pipeline uses.
 pub(crate) type Client = StreamConsumer<Context>;
 
+/// One error line per this interval at most, per source: a broker outage makes librdkafka
+/// report the same error many times a second.
+const ERROR_LOG_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Lets one report through per interval and counts the ones it holds back.
+#[derive(Debug)]
+pub(crate) struct Throttle {
+    /// When the last report went through, and how many were held back since.
+    state: Mutex<(Option<Instant>, u64)>,
+}
+
+impl Throttle {
+    pub(crate) fn new() -> Throttle {
+        Throttle { state: Mutex::new((None, 0)) }
+    }
+
+    /// `Some(held back since the last report)` when this report should go through.
+    pub(crate) fn admit(&self) -> Option<u64> {
+        let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (last, held_back) = &mut *state;
+        if last.is_some_and(|at| at.elapsed() < ERROR_LOG_INTERVAL) {
+            *held_back += 1;
+            return None;
+        }
+        *last = Some(Instant::now());
+        Some(std::mem::take(held_back))
+    }
+}
+
+/// librdkafka's logs and errors as structured, throttled `tracing` events.
+#[derive(Debug)]
+pub(crate) struct Logging {
+    owner: String,
+    errors: Throttle,
+}
+
+impl Logging {
+    pub(crate) fn new(owner: &str) -> Logging {
+        Logging { owner: owner.to_owned(), errors: Throttle::new() }
+    }
+}
+
+impl ClientContext for Logging {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        log(&self.owner, level, facility, message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        if let Some(held_back) = self.errors.admit() {
+            tracing::warn!(owner = %self.owner, %error, reason, held_back, "kafka client error");
+        }
+    }
+}
+
+/// The producer of dead-letter copies and notifications.
+pub(crate) type Producer = FutureProducer<Logging>;
+
 /// Watches rebalances and remembers which offsets are safe to commit.
 #[derive(Debug)]
 pub(crate) struct Context {
     owner: String,
     counters: Arc<Counters>,
+    logging: Logging,
     state: Mutex<State>,
     /// Bumped by every assignment change, so the pipeline can re-apply a pause to new partitions.
     generation: AtomicU64,
@@ -52,7 +111,13 @@ struct State {
 
 impl Context {
     pub(crate) fn new(owner: &str, counters: Arc<Counters>) -> Context {
-        Context { owner: owner.to_owned(), counters, state: Mutex::default(), generation: AtomicU64::new(0) }
+        Context {
+            owner: owner.to_owned(),
+            counters,
+            logging: Logging::new(owner),
+            state: Mutex::default(),
+            generation: AtomicU64::new(0),
+        }
     }
 
     pub(crate) fn generation(&self) -> u64 {
@@ -144,18 +209,11 @@ impl Context {
 
 impl ClientContext for Context {
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
-        match level {
-            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
-                tracing::error!(facility, message, "librdkafka")
-            }
-            RDKafkaLogLevel::Warning => tracing::warn!(facility, message, "librdkafka"),
-            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => tracing::info!(facility, message, "librdkafka"),
-            RDKafkaLogLevel::Debug => tracing::debug!(facility, message, "librdkafka"),
-        }
+        self.logging.log(level, facility, message);
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        tracing::warn!(owner = %self.owner, %error, reason, "kafka client error");
+        self.logging.error(error, reason);
     }
 }
 
@@ -206,7 +264,7 @@ pub(crate) fn consumer(section: &KafkaSection, owner: &str, context: Context) ->
 }
 
 /// The idempotent producer of dead-letter copies and notifications.
-pub(crate) fn producer(section: &KafkaSection, owner: &str, delivery_timeout_ms: u64) -> Result<FutureProducer, Error> {
+pub(crate) fn producer(section: &KafkaSection, owner: &str, delivery_timeout_ms: u64) -> Result<Producer, Error> {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", &section.bootstrap_servers)
@@ -217,7 +275,7 @@ pub(crate) fn producer(section: &KafkaSection, owner: &str, delivery_timeout_ms:
     for (key, value) in &section.properties {
         config.set(key, value);
     }
-    config.create().map_err(Error::kafka("create producer"))
+    config.create_with_context(Logging::new(owner)).map_err(Error::kafka("create producer"))
 }
 
 fn add(list: &mut TopicPartitionList, (topic, partition): &Partition, offset: i64) {
@@ -232,4 +290,15 @@ fn partitions(list: &TopicPartitionList) -> Vec<Partition> {
 fn describe(partitions: &[Partition]) -> String {
     let parts: Vec<String> = partitions.iter().map(|(topic, partition)| format!("{topic}/{partition}")).collect();
     parts.join(",")
+}
+
+fn log(owner: &str, level: RDKafkaLogLevel, facility: &str, message: &str) {
+    match level {
+        RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
+            tracing::error!(owner, facility, message, "librdkafka")
+        }
+        RDKafkaLogLevel::Warning => tracing::warn!(owner, facility, message, "librdkafka"),
+        RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => tracing::info!(owner, facility, message, "librdkafka"),
+        RDKafkaLogLevel::Debug => tracing::debug!(owner, facility, message, "librdkafka"),
+    }
 }

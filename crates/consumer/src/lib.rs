@@ -117,6 +117,7 @@ pub async fn run_with<D: Downstream>(
         counters,
         paused: false,
         generation: 0,
+        errors: kafka::Throttle::new(),
     };
     let result = pipeline.run(&shutdown).await;
     if let Err(error) = &result {

@@ -20,14 +20,13 @@ use midflight_model::{Saga, Status};
 use midflight_store::{Arrival, Store};
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::KafkaResult;
-use rdkafka::producer::FutureProducer;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ConsumerSection;
 use crate::counters::Counters;
 use crate::error::Error;
 use crate::inbox::{self, Incoming, Poison};
-use crate::kafka::{Client, Partition};
+use crate::kafka::{Client, Partition, Producer, Throttle};
 use crate::scheduler::{Ended, Job, JobKind, Scheduler};
 
 /// Attempts at making one batch durable before `run` gives up (and the process restarts from
@@ -41,7 +40,7 @@ const RELEASE_CONCURRENCY: usize = 16;
 /// Everything the loop owns.
 pub(crate) struct Pipeline<D> {
     pub consumer: Client,
-    pub producer: FutureProducer,
+    pub producer: Producer,
     pub store: Store,
     pub scheduler: Scheduler<D>,
     pub settings: ConsumerSection,
@@ -53,6 +52,7 @@ pub(crate) struct Pipeline<D> {
     pub paused: bool,
     /// The rebalance generation the pause state was last applied to.
     pub generation: u64,
+    pub errors: Throttle,
 }
 
 enum Event {
@@ -90,7 +90,7 @@ impl<D: Downstream> Pipeline<D> {
                     let batch = self.collect(first).await;
                     self.accept(batch, shutdown).await?;
                 }
-                Event::Message(Err(error)) => tracing::warn!(owner = %self.owner, %error, "kafka consumer error"),
+                Event::Message(Err(error)) => self.consumer_error(&error),
             }
         }
     }
@@ -108,12 +108,19 @@ impl<D: Downstream> Pipeline<D> {
         while batch.len() < size_max {
             match tokio::time::timeout_at(linger_until, recv(&self.consumer)).await {
                 Ok(Ok(message)) => batch.push(message),
-                Ok(Err(error)) => tracing::warn!(owner = %self.owner, %error, "kafka consumer error"),
+                Ok(Err(error)) => self.consumer_error(&error),
                 Err(_) => break,
             }
         }
         Counters::add(&self.counters.received, batch.len() as u64);
         batch
+    }
+
+    /// librdkafka reports fetch and broker trouble through `recv`; it retries by itself.
+    fn consumer_error(&self, error: &rdkafka::error::KafkaError) {
+        if let Some(held_back) = self.errors.admit() {
+            tracing::warn!(owner = %self.owner, %error, held_back, "kafka consumer error");
+        }
     }
 
     /// Makes `batch` durable, commits its offsets, and schedules its sagas.

@@ -13,13 +13,14 @@ use std::time::Duration;
 use futures::future::join_all;
 use midflight_store::{OutboxMessage, Store};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureRecord;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::RelaySection;
 use crate::counters::Counters;
 use crate::inbox::TRACEPARENT_HEADER;
+use crate::kafka::Producer;
 
 /// How long a publish waits for room in a full producer queue before it counts as failed.
 const QUEUE_WAIT: Duration = Duration::from_secs(1);
@@ -27,7 +28,7 @@ const QUEUE_WAIT: Duration = Duration::from_secs(1);
 /// What the relay needs; it runs until `stop` is cancelled.
 pub(crate) struct Relay {
     pub store: Store,
-    pub producer: FutureProducer,
+    pub producer: Producer,
     pub topic: String,
     pub owner: String,
     pub settings: RelaySection,
