@@ -214,6 +214,8 @@ impl<D: Downstream> Pipeline<D> {
             match arrival {
                 Arrival::Fresh(saga) => {
                     Counters::add(&self.counters.fresh, 1);
+                    tracing::debug!(biz_id = %saga.biz_id, topic = %saga.source.topic, partition = saga.source.partition,
+                        offset = saga.source.offset, "saga received");
                     let (biz_id, order_no) = (saga.biz_id.clone(), saga.order_no.clone());
                     self.scheduler.accept(Job {
                         biz_id,
