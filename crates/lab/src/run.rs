@@ -18,6 +18,9 @@ use crate::workload::Workload;
 
 /// How often the runner looks at the clock, the table and the schedule.
 const TICK: Duration = Duration::from_millis(100);
+/// The longest any run may take, whatever its schedule: a run that cannot settle is reported
+/// as not quiescent instead of hanging the campaign.
+const RUN_DEADLINE: Duration = Duration::from_secs(15 * 60);
 /// How long reading back a topic may wait for its last messages.
 const TOPIC_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -181,6 +184,19 @@ pub async fn execute(plan: Plan) -> anyhow::Result<RunReport> {
             break;
         }
         if pending.is_empty() && settle_from.elapsed() > plan.settle {
+            break;
+        }
+        if started.elapsed() > RUN_DEADLINE {
+            say(&progress, format!("{name}: run deadline of {} s hit", RUN_DEADLINE.as_secs()));
+            break;
+        }
+        // A child that died on its own (a crash, or a configuration it refused) ends the run:
+        // waiting for work it will never do helps nobody.
+        let crashed = crashes(&mut system, &intentional);
+        if !crashed.is_empty() {
+            for line in &crashed {
+                say(&progress, format!("{name}: {line}"));
+            }
             break;
         }
         if !std::io::stderr().is_terminal() && last_line.elapsed() > Duration::from_secs(5) {

@@ -304,7 +304,12 @@ impl System {
         Rules { retry: self.spec.retry, ..Rules::default() }
     }
 
-    fn write_config<T: Serialize>(&self, name: &str, config: &T) -> anyhow::Result<PathBuf> {
+    /// Writes a child's configuration, refusing one the child would refuse itself.
+    fn write_config<T: Serialize + midflight_config::Config>(&self, name: &str, config: &T) -> anyhow::Result<PathBuf> {
+        let problems = config.problems();
+        if !problems.is_empty() {
+            bail!("the configuration of {name} is invalid:\n  - {}", problems.join("\n  - "));
+        }
         let path = self.configs.join(format!("{name}.toml"));
         let text = toml::to_string_pretty(config).with_context(|| format!("cannot render the config of {name}"))?;
         std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
