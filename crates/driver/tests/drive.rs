@@ -292,3 +292,38 @@ async fn zombie_late_lock(db: &TestDb) {
     assert_eq!(kinds(&wms), vec![LedgerKind::Tombstone], "no stock was ever deducted: {wms:?}");
 }
 both_engines!(zombie_late_lock_is_refused_by_tombstone, zombie_late_lock);
+
+async fn legacy_wms_contract(db: &TestDb) {
+    // The user's WMS today: deduplicates only on its own key and cannot be asked about ours.
+    let mut wms_faults = fault("LockStock", MethodFaults { drop_response: 1.0, ..MethodFaults::default() });
+    wms_faults.legacy_mode = true;
+    let mocks = MockDownstreams::start(MockOptions { wms_faults, ..MockOptions::default() }).await;
+    let legacy_rules = Rules { wms: midflight_model::Contract::LEGACY, ..rules() };
+    let consumer = Driver::new(
+        db.store.clone(),
+        mocks.client(),
+        legacy_rules,
+        DriverSettings::new(LEASE_MS, 2_000, 500),
+        "c1".into(),
+        "test:c1".into(),
+        CancellationToken::new(),
+    );
+    let saga = arrive(&db.store, &event("O-1", "CN-ZJ"), "c1", LEASE_MS, 600_000).await;
+    assert!(matches!(consumer.drive(saga.clone(), Instant::now()).await, Outcome::HandedOff));
+    // The outcome is unknown and nothing can settle it safely: a person decides, nobody resends.
+    let recovery = Driver::new(
+        db.store.clone(),
+        mocks.client(),
+        legacy_rules,
+        DriverSettings::new(LEASE_MS, 2_000, 500),
+        "r1".into(),
+        "test:r1".into(),
+        CancellationToken::new(),
+    );
+    assert_eq!(finished(&resume(&recovery, &saga.biz_id).await), Status::ManualReview);
+    let tickets = db.store.tickets_of(&saga.biz_id).await.expect("tickets");
+    assert_eq!(tickets.len(), 1);
+    assert!(tickets[0].reason.contains("neither be queried"), "{}", tickets[0].reason);
+    assert_eq!(kinds(&ledgers(&mocks.client()).await.0), vec![LedgerKind::Apply], "one lock, never resent");
+}
+both_engines!(legacy_wms_unknown_outcome_goes_to_a_person, legacy_wms_contract);
