@@ -25,6 +25,10 @@ const ATTEMPTS_MAX: u32 = 20;
 /// Pause between attempts.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
 
+/// Write transactions of this process (each statement autocommits), logged at the end so the
+/// benchmark counts them instead of assuming them.
+static WRITE_TXNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LegacyConfig {
@@ -34,6 +38,8 @@ pub struct LegacyConfig {
     pub wms: GrpcClientSection,
     pub logistics: GrpcClientSection,
     pub telemetry: TelemetrySection,
+    /// When set, one line per finished message is appended here (the benchmark's latencies).
+    pub timings_path: Option<std::path::PathBuf>,
 }
 
 impl Config for LegacyConfig {
@@ -62,15 +68,20 @@ pub async fn run(config: LegacyConfig, shutdown: CancellationToken) -> anyhow::R
     let db = Database::connect(options).await.context("legacy: cannot connect")?;
     db.execute_unprepared(TABLE).await?;
     let downstreams = Downstreams::connect_lazy(&config.wms, &config.logistics)?;
-    let consumer: StreamConsumer = ClientConfig::new()
+    let mut client = ClientConfig::new();
+    client
         .set("bootstrap.servers", &config.kafka.bootstrap_servers)
         .set("group.id", &config.kafka.group_id)
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest")
         .set("session.timeout.ms", config.kafka.session_timeout_ms.to_string())
-        .set("heartbeat.interval.ms", "500")
-        .create()
-        .context("legacy: cannot create the consumer")?;
+        .set("heartbeat.interval.ms", "500");
+    // The same pass-through properties as midflight's consumer (e.g. the lab's fetch wait).
+    for (key, value) in &config.kafka.properties {
+        client.set(key, value);
+    }
+    let consumer: StreamConsumer = client.create().context("legacy: cannot create the consumer")?;
+    let timings = config.timings_path.as_deref().map(crate::timings::TimingsFile::open).transpose()?;
     consumer.subscribe(&[&config.kafka.order_topic])?;
     let timeout = Duration::from_millis(config.wms.request_timeout_ms);
     loop {
@@ -82,13 +93,21 @@ pub async fn run(config: LegacyConfig, shutdown: CancellationToken) -> anyhow::R
         let source =
             Source { topic: message.topic().to_owned(), partition: message.partition(), offset: message.offset() };
         if let Ok(event) = OrderEvent::parse(&payload) {
-            process(&db, &downstreams, &event, source, timeout, &shutdown).await?;
+            let call_ms = process(&db, &downstreams, &event, source, timeout, &shutdown).await?;
+            if let (Some(timings), Some(call_ms)) = (&timings, call_ms) {
+                timings.record(&event.biz_id(), crate::timings::now_ms(), call_ms);
+            }
         }
         // The old consumer logged a failed commit and went on; the message comes back later.
         if let Err(error) = consumer.commit_message(&message, CommitMode::Sync) {
             tracing::warn!(%error, "commit failed");
         }
     }
+    if let Some(timings) = &timings {
+        timings.flush();
+    }
+    let write_txns = WRITE_TXNS.load(std::sync::atomic::Ordering::Relaxed);
+    tracing::info!(instance = %config.instance, write_txns, "legacy consumer stopped");
     Ok(())
 }
 
@@ -99,10 +118,10 @@ async fn process(
     source: Source,
     timeout: Duration,
     shutdown: &CancellationToken,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<u64>> {
     let biz_id = event.biz_id();
     match status(db, &biz_id).await? {
-        Some(status) if status == "DONE" => return Ok(()),
+        Some(status) if status == "DONE" => return Ok(None),
         // PROCESSING: a previous attempt got somewhere, nobody knows where. Run everything.
         Some(_) => tracing::warn!(biz_id, "found PROCESSING; re-running all steps"),
         None => {
@@ -112,24 +131,31 @@ async fn process(
                 [biz_id.clone().into()],
             );
             db.execute_raw(insert).await?;
+            WRITE_TXNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
     let mut saga = Saga::received(event, source, 0, i64::MAX);
+    // Time spent in downstream calls, over every attempt (the benchmark's "not ours" time).
+    let mut called = Duration::ZERO;
     for attempt in 1..=ATTEMPTS_MAX {
         if shutdown.is_cancelled() {
-            return Ok(());
+            return Ok(None);
         }
         // A fresh key per attempt, as the user's consumer did.
         let key = uuid::Uuid::new_v4().simple().to_string();
         saga.wms_request_id = Some(format!("legacy-{key}"));
         saga.logistics_request_id = Some(format!("legacy-{key}"));
+        let started = std::time::Instant::now();
         let locked = downstreams.call(Call::LockStock, &saga, timeout).await;
+        called += started.elapsed();
         if !matches!(locked, Observation::Wms(midflight_model::WmsAnswer::Locked)) {
             tracing::warn!(biz_id, attempt, answer = %locked.label(), "step 2 failed; retrying the message");
             tokio::time::sleep(RETRY_PAUSE).await;
             continue;
         }
+        let started = std::time::Instant::now();
         let shipped = downstreams.call(Call::CreateShipment, &saga, timeout).await;
+        called += started.elapsed();
         if !matches!(shipped, Observation::Logistics(midflight_model::LogisticsAnswer::Created { .. })) {
             tracing::warn!(biz_id, attempt, answer = %shipped.label(), "step 3 failed; retrying the message");
             tokio::time::sleep(RETRY_PAUSE).await;
@@ -141,10 +167,11 @@ async fn process(
             [biz_id.clone().into()],
         );
         db.execute_raw(done).await?;
-        return Ok(());
+        WRITE_TXNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        return Ok(Some(u64::try_from(called.as_millis()).unwrap_or(u64::MAX)));
     }
     tracing::error!(biz_id, "giving up; the order stays PROCESSING");
-    Ok(())
+    Ok(None)
 }
 
 async fn status(db: &DatabaseConnection, biz_id: &str) -> anyhow::Result<Option<String>> {

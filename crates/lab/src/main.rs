@@ -2,9 +2,11 @@
 //! builds it and forwards `demo`, `scenario`, `chaos`, `stack` and `bench` to it; the
 //! `legacy-consumer` command is the old design's consumer, started by the lab itself.
 
+mod bench;
 mod chaos;
 mod demo;
 mod legacy;
+mod nostate;
 mod process;
 mod proxy;
 mod report;
@@ -12,6 +14,7 @@ mod run;
 mod scenario;
 mod stack;
 mod system;
+mod timings;
 mod workload;
 
 use std::path::PathBuf;
@@ -36,9 +39,17 @@ enum Command {
     Chaos(chaos::ChaosArgs),
     /// Leave the local stack running (`up`), or stop it (`down`).
     Stack(stack::StackArgs),
+    /// midflight and its baselines side by side; writes a report (Markdown, CSV, SVG, JSON).
+    Bench(bench::BenchArgs),
     /// The legacy design's consumer process (started by the lab).
     #[command(hide = true)]
     LegacyConsumer {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// The benchmark's baseline B consumer (started by the lab).
+    #[command(hide = true)]
+    NostateConsumer {
         #[arg(long)]
         config: PathBuf,
     },
@@ -68,6 +79,11 @@ fn main() -> ExitCode {
                 chaos::run(args).await
             }
             Command::Stack(args) => stack::run(args).await,
+            Command::Bench(args) => {
+                init_logs();
+                bench::run(args).await
+            }
+            Command::NostateConsumer { config } => nostate_consumer(config).await.map(|()| true),
             Command::LegacyConsumer { config } => legacy_consumer(config).await.map(|()| true),
         }
     });
@@ -87,6 +103,14 @@ async fn legacy_consumer(path: PathBuf) -> anyhow::Result<()> {
     let _telemetry = midflight_service::init_telemetry("legacy-consumer", &config.telemetry)?;
     let shutdown = midflight_service::shutdown_on_signals();
     legacy::run(config, shutdown).await
+}
+
+async fn nostate_consumer(path: PathBuf) -> anyhow::Result<()> {
+    let sources = midflight_config::Sources { file: Some(path), ..Default::default() };
+    let config: nostate::NoStateConfig = midflight_config::load(&sources)?;
+    let _telemetry = midflight_service::init_telemetry("nostate-consumer", &config.telemetry)?;
+    let shutdown = midflight_service::shutdown_on_signals();
+    nostate::run(config, shutdown).await
 }
 
 /// The lab's own log lines: warnings only, so the progress and the report stay readable.

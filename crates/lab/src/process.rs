@@ -168,10 +168,6 @@ impl Supervisor {
         self.children.get(name).map(|r| r.child.id())
     }
 
-    pub fn log_path(&self, name: &str) -> Option<PathBuf> {
-        self.children.get(name).map(|r| self.logs.join(format!("{name}.{}.log", r.generation)))
-    }
-
     /// Kills every child still running.
     pub fn kill_all(&mut self) {
         for running in self.children.values_mut() {

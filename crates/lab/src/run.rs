@@ -9,6 +9,7 @@ use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use midflight_checker::{Expected, Snapshot, check, effects_by_order};
 use midflight_mock::FaultPlan;
+use midflight_stack::kafka::EmbeddedKafka;
 use serde::Deserialize;
 
 use crate::process::Signal;
@@ -151,7 +152,12 @@ pub async fn execute(plan: Plan) -> anyhow::Result<RunReport> {
     let mut settle_from = Instant::now();
     let mut quiescent = false;
     let mut last_line = Instant::now();
+    let mut waves: Vec<tokio::task::JoinHandle<anyhow::Result<Expected>>> = Vec::new();
     loop {
+        for finished in take_finished(&mut waves) {
+            expected.orders.extend(finished.await.context("produce task")??.orders);
+            progress.set_length(expected.messages() as u64);
+        }
         let done = settled(&system, &expected, legacy).await?;
         progress.set_position(done as u64);
         let elapsed_ms = started.elapsed().as_millis() as u64;
@@ -162,16 +168,14 @@ pub async fn execute(plan: Plan) -> anyhow::Result<RunReport> {
                 break;
             }
             let Some(scheduled) = pending.pop_front() else { break };
-            progress.println(format!(
-                "{name}: t={:.1}s {}",
-                started.elapsed().as_secs_f64(),
-                scheduled.action.describe()
-            ));
+            let line = format!("{name}: t={:.1}s {}", started.elapsed().as_secs_f64(), scheduled.action.describe());
+            say(&progress, line);
             if let Action::Produce { orders, seed } = &scheduled.action {
+                // Produced on a task of its own: a produce that waits for a downed broker must
+                // not hold up the schedule that will bring the broker back.
                 let wave = Workload::orders(*seed, *orders, &format!("{}-W{seed}", plan.workload.prefix));
-                let more = wave.produce(&system.kafka).await?;
-                expected.orders.extend(more.orders);
-                progress.set_length(expected.messages() as u64);
+                let kafka = EmbeddedKafka::connect(system.kafka.bootstrap_servers())?;
+                waves.push(tokio::spawn(async move { wave.produce(&kafka).await }));
             } else {
                 apply(&mut system, &scheduled.action, &mut intentional).await?;
             }
@@ -179,7 +183,7 @@ pub async fn execute(plan: Plan) -> anyhow::Result<RunReport> {
             last_fired = Instant::now();
             settle_from = Instant::now();
         }
-        if pending.is_empty() && done >= expected.messages() && drained(&system, legacy).await? {
+        if pending.is_empty() && waves.is_empty() && done >= expected.messages() && drained(&system, legacy).await? {
             quiescent = true;
             break;
         }
@@ -223,6 +227,13 @@ pub async fn execute(plan: Plan) -> anyhow::Result<RunReport> {
     report.notes.append(&mut notes);
     report.notes.push(format!("logs and databases: {}", system.dir.display()));
     Ok(report)
+}
+
+/// The produce tasks that have finished, removed from `waves`.
+fn take_finished<T>(waves: &mut Vec<tokio::task::JoinHandle<T>>) -> Vec<tokio::task::JoinHandle<T>> {
+    let (finished, running): (Vec<_>, Vec<_>) = waves.drain(..).partition(|task| task.is_finished());
+    *waves = running;
+    finished
 }
 
 fn is_due(trigger: Trigger, elapsed_ms: u64, share: f64, since_last_ms: u64) -> bool {

@@ -43,6 +43,14 @@ pub struct SystemSpec {
     pub recovery_workers: usize,
     /// The legacy design (status PROCESSING/DONE, a fresh key per attempt) instead of midflight.
     pub legacy: bool,
+    /// The benchmark's baseline B instead of midflight: the same parallel pipeline without the
+    /// saga table (`crate::nostate`).
+    pub nostate: bool,
+    /// Legacy and baseline-B consumers append one line per finished message to a timings file
+    /// in the run directory (the benchmark's latencies for designs without a transition log).
+    pub timings: bool,
+    /// Extra `--set key=value` flags for every midflight consumer (benchmark variants).
+    pub consumer_set: Vec<String>,
     pub lease_ms: i64,
     pub rpc_timeout_ms: u64,
     pub session_timeout_ms: u64,
@@ -53,6 +61,8 @@ pub struct SystemSpec {
     pub stock: BTreeMap<String, i64>,
     pub recovery_scan_interval_ms: u64,
     pub log_filter: String,
+    /// `pretty` or `json` (the benchmark reads the consumers' final counters from JSON lines).
+    pub log_format: String,
     /// Services reach MySQL through a proxy the lab can cut (MySQL only).
     pub database_proxy: bool,
 }
@@ -68,6 +78,9 @@ impl SystemSpec {
             consumers: 8,
             recovery_workers: 1,
             legacy: false,
+            nostate: false,
+            timings: false,
+            consumer_set: Vec::new(),
             // Short enough that a crashed consumer's sagas are picked up within seconds.
             lease_ms: 5_000,
             rpc_timeout_ms: 1_000,
@@ -79,6 +92,7 @@ impl SystemSpec {
             stock: BTreeMap::new(),
             recovery_scan_interval_ms: 250,
             log_filter: "info".to_owned(),
+            log_format: "pretty".to_owned(),
             database_proxy: false,
         }
     }
@@ -134,7 +148,7 @@ impl System {
         for index in 1..=system.spec.consumers {
             system.start_consumer(index)?;
         }
-        if !system.spec.legacy {
+        if !system.spec.legacy && !system.spec.nostate {
             for index in 1..=system.spec.recovery_workers {
                 system.start_recovery(index)?;
             }
@@ -198,9 +212,20 @@ impl System {
                 args: vec!["legacy-consumer".into(), "--config".into(), path.display().to_string()],
                 env: Vec::new(),
             }
+        } else if self.spec.nostate {
+            let path = self.write_config(&name, &self.nostate_config(&name))?;
+            Spec {
+                binary: "midflight-lab",
+                args: vec!["nostate-consumer".into(), "--config".into(), path.display().to_string()],
+                env: Vec::new(),
+            }
         } else {
             let path = self.write_config(&name, &self.consumer_config(&name))?;
-            Spec { binary: "consumer", args: config_args(&path), env: Vec::new() }
+            let mut args = config_args(&path);
+            for setting in &self.spec.consumer_set {
+                args.extend(["--set".to_owned(), setting.clone()]);
+            }
+            Spec { binary: "consumer", args, env: Vec::new() }
         };
         self.processes.start(&name, spec)?;
         Ok(())
@@ -258,7 +283,26 @@ impl System {
             wms: self.grpc(&self.wms_endpoint),
             logistics: self.grpc(&self.logistics_endpoint),
             telemetry: self.telemetry(),
+            timings_path: self.timings_path(name),
         }
+    }
+
+    fn nostate_config(&self, name: &str) -> crate::nostate::NoStateConfig {
+        crate::nostate::NoStateConfig {
+            instance: name.to_owned(),
+            kafka: self.kafka_section(),
+            database: self.database(),
+            wms: self.grpc(&self.wms_endpoint),
+            logistics: self.grpc(&self.logistics_endpoint),
+            telemetry: self.telemetry(),
+            timings_path: self.timings_path(name),
+            ..crate::nostate::NoStateConfig::default()
+        }
+    }
+
+    /// Where a legacy or baseline-B consumer appends its timings (a restart appends too).
+    pub fn timings_path(&self, name: &str) -> Option<PathBuf> {
+        self.spec.timings.then(|| self.dir.join("timings").join(format!("{name}.csv")))
     }
 
     pub fn kafka_section(&self) -> KafkaSection {
@@ -272,6 +316,11 @@ impl System {
             ..KafkaSection::default()
         };
         section.properties.insert("heartbeat.interval.ms".to_owned(), "500".to_owned());
+        // The mock broker answers an empty fetch only after the whole wait (a real broker
+        // answers when data arrives): a short wait keeps its artifact out of every latency.
+        section
+            .properties
+            .insert("fetch.wait.max.ms".to_owned(), midflight_stack::kafka::TEST_FETCH_WAIT_MAX_MS.to_owned());
         section
     }
 
@@ -293,7 +342,11 @@ impl System {
     }
 
     fn telemetry(&self) -> TelemetrySection {
-        TelemetrySection { log_filter: self.spec.log_filter.clone(), ..TelemetrySection::default() }
+        TelemetrySection {
+            log_filter: self.spec.log_filter.clone(),
+            log_format: self.spec.log_format.clone(),
+            ..TelemetrySection::default()
+        }
     }
 
     fn driver(&self) -> DriverSettings {

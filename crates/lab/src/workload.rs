@@ -10,6 +10,9 @@ use rand::{Rng, SeedableRng};
 
 use crate::system::ORDER_TOPIC;
 
+/// Mixed into the seed for the trace ids, so adding them left every other draw as it was.
+const TRACE_SEED: u64 = 0x7472_6163_6570_6172;
+
 /// What to produce.
 #[derive(Debug, Clone)]
 pub struct Workload {
@@ -50,6 +53,13 @@ impl Workload {
                 let garbage = format!("{{\"order_no\": \"{order_no}-poison\", \"lines\": \"not a list\"}}");
                 records.push(Record::keyed(&format!("{order_no}-poison"), garbage));
             }
+        }
+        // Each message starts a trace, as a traced order service's would: the consumers, the
+        // recovery workers and the mocks add their spans to it.
+        let mut ids = StdRng::seed_from_u64(self.seed ^ TRACE_SEED);
+        for record in &mut records {
+            let traceparent = midflight_service::trace::root_traceparent(ids.random(), ids.random());
+            record.headers.push((midflight_service::trace::TRACEPARENT.to_owned(), traceparent));
         }
         records
     }

@@ -1,0 +1,97 @@
+//! The database's own commit rate for single-row transactions: `connections` clients, each
+//! updating its own row in autocommit mode as fast as the server lets it, for a few seconds.
+//! Through a sea-orm pool with the store's settings (no test before acquire), so the number is
+//! what our own client stack could get from the server with nothing else to do. Divided by
+//! midflight's write transactions per message it bounds midflight's msg/s on this box.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, Statement};
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Ceiling {
+    pub connections: u32,
+    pub seconds: f64,
+    pub commits: u64,
+    pub commits_per_s: f64,
+    /// `innodb_flush_log_at_trx_commit` (MariaDB), or SQLite's journal and sync mode.
+    pub durability: String,
+}
+
+/// Measures on a fresh database of `mysql_url`'s server, or on a SQLite file in `dir`.
+pub async fn measure(mysql_url: Option<&str>, dir: &Path, connections: u32, seconds: u64) -> anyhow::Result<Ceiling> {
+    std::fs::create_dir_all(dir)?;
+    let (url, durability) = match mysql_url {
+        Some(server) => {
+            let name = format!("midflight_ceiling_{}", std::process::id());
+            let admin = Database::connect(server).await.with_context(|| format!("cannot connect to {server}"))?;
+            admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}")).await?;
+            admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await?;
+            let flush = admin
+                .query_one_raw(Statement::from_string(
+                    admin.get_database_backend(),
+                    "SELECT @@innodb_flush_log_at_trx_commit AS flush",
+                ))
+                .await?
+                .and_then(|row| row.try_get::<i64>("", "flush").ok())
+                .map_or("unknown".to_owned(), |flush| format!("innodb_flush_log_at_trx_commit={flush}"));
+            admin.close().await.ok();
+            (midflight_config::with_database_name(server, &name), flush)
+        }
+        None => {
+            let path = dir.join("ceiling.db");
+            for suffix in ["", "-wal", "-shm"] {
+                std::fs::remove_file(format!("{}{suffix}", path.display())).ok();
+            }
+            (format!("sqlite://{}?mode=rwc", path.display()), "WAL, synchronous=FULL (the store's)".to_owned())
+        }
+    };
+    let mut options = ConnectOptions::new(url.clone());
+    options
+        .max_connections(connections)
+        .min_connections(connections)
+        .test_before_acquire(false)
+        .sqlx_logging(false)
+        .map_sqlx_sqlite_opts(|sqlite| {
+            sqlite.journal_mode(sea_orm::sqlx::sqlite::SqliteJournalMode::Wal).busy_timeout(Duration::from_secs(10))
+        });
+    let db = Database::connect(options).await.context("ceiling: cannot connect")?;
+    db.execute_unprepared("CREATE TABLE ceiling_probe (id INT NOT NULL PRIMARY KEY, n BIGINT NOT NULL)").await?;
+    for id in 0..connections {
+        db.execute_unprepared(&format!("INSERT INTO ceiling_probe (id, n) VALUES ({id}, 0)")).await?;
+    }
+    let commits = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let until = started + Duration::from_secs(seconds);
+    let workers: Vec<_> =
+        (0..connections).map(|id| tokio::spawn(worker(db.clone(), id, until, commits.clone()))).collect();
+    for worker in workers {
+        worker.await.context("ceiling worker panicked")??;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    db.close().await.ok();
+    if let Some(server) = mysql_url {
+        let admin = Database::connect(server).await?;
+        let name = format!("midflight_ceiling_{}", std::process::id());
+        admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}")).await.ok();
+        admin.close().await.ok();
+    }
+    let commits = commits.load(Ordering::Relaxed);
+    Ok(Ceiling { connections, seconds: elapsed, commits, commits_per_s: commits as f64 / elapsed, durability })
+}
+
+async fn worker(db: DatabaseConnection, id: u32, until: Instant, commits: Arc<AtomicU64>) -> anyhow::Result<()> {
+    let backend = db.get_database_backend();
+    while Instant::now() < until {
+        let update =
+            Statement::from_sql_and_values(backend, "UPDATE ceiling_probe SET n = n + 1 WHERE id = ?", [id.into()]);
+        db.execute_raw(update).await.context("ceiling update")?;
+        commits.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(())
+}

@@ -1,0 +1,502 @@
+//! The benchmark's report: Markdown for people (with the targets of issue 8 checked), CSV for
+//! spreadsheets, an SVG chart of throughput and latency over time (hand-written: one polyline
+//! per phase), and JSON with the per-system numbers runs are compared by.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Context;
+use serde::Serialize;
+
+use super::{BenchReport, PhaseResult, SystemKind, SystemResult};
+
+/// Targets of issue 8, on this machine.
+const TARGET_MSGS_PER_S: f64 = 4_000.0;
+const TARGET_VS_BASELINE_A: f64 = 100.0;
+const TARGET_WRITE_TXNS_PER_MSG: f64 = 3.0;
+const TARGET_SHARE_OF_CEILING: f64 = 0.5;
+const TARGET_ADDED_P99_MS: i64 = 10;
+const TARGET_RSS_MIB: f64 = 256.0;
+/// Saga transitions per message without batching (one commit each): the unbatched ceiling's divisor.
+const TRANSITIONS_PER_MSG: f64 = 3.0;
+
+/// Where the numbers were taken.
+#[derive(Debug, Clone, Serialize)]
+pub struct Machine {
+    pub cpu: String,
+    pub cores: usize,
+    pub memory_gib: f64,
+    pub commit: String,
+    /// MariaDB's version and `innodb_flush_log_at_trx_commit`, when a server was given.
+    pub mariadb: Option<String>,
+    pub date_unix_s: u64,
+}
+
+impl Machine {
+    pub async fn read(mysql_url: Option<&str>) -> Machine {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu = cpuinfo
+            .lines()
+            .find(|l| l.starts_with("model name"))
+            .and_then(|l| l.split(':').nth(1))
+            .map_or("unknown".to_owned(), |m| m.trim().to_owned());
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let memory_gib = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|m| {
+                m.lines().next().and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse::<f64>().ok())
+            })
+            .map_or(0.0, |kib| kib / 1024.0 / 1024.0);
+        let commit = std::process::Command::new("git")
+            .args(["rev-parse", "--short", "HEAD"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map_or("unknown".to_owned(), |o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+        let dirty = std::process::Command::new("git")
+            .args(["status", "--porcelain", "--untracked-files=no"])
+            .output()
+            .ok()
+            .is_some_and(|o| !o.stdout.is_empty());
+        let commit = if dirty { format!("{commit} (with uncommitted changes)") } else { commit };
+        let mariadb = match mysql_url {
+            Some(url) => mariadb_settings(url).await,
+            None => None,
+        };
+        Machine { cpu, cores, memory_gib, commit, mariadb, date_unix_s: crate::timestamp() }
+    }
+}
+
+async fn mariadb_settings(url: &str) -> Option<String> {
+    use sea_orm::{ConnectionTrait, Statement};
+    let db = sea_orm::Database::connect(url).await.ok()?;
+    let sql = "SELECT VERSION() AS v, @@innodb_flush_log_at_trx_commit AS f, @@log_bin AS b";
+    let row = db.query_one_raw(Statement::from_string(db.get_database_backend(), sql)).await.ok()??;
+    let version: String = row.try_get("", "v").ok()?;
+    let flush: i64 = row.try_get("", "f").ok()?;
+    let binlog: i64 = row.try_get("", "b").ok()?;
+    db.close().await.ok();
+    Some(format!("{version}, innodb_flush_log_at_trx_commit={flush}, log_bin={binlog}"))
+}
+
+/// The per-system numbers of `--report-json`.
+#[derive(Debug, Clone, Default, Serialize)]
+struct SystemNumbers {
+    msgs_per_s: Option<f64>,
+    p50_ms: Option<i64>,
+    p99_ms: Option<i64>,
+    added_p99_ms: Option<i64>,
+    write_txns_per_msg: Option<f64>,
+    rss_mib: Option<f64>,
+    duplicates: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rebalance: Option<Box<SystemNumbers>>,
+}
+
+fn numbers(result: &SystemResult) -> SystemNumbers {
+    let mut out = SystemNumbers {
+        msgs_per_s: result.peak.as_ref().map(|p| round(p.msgs_per_s, 1)),
+        p50_ms: result.paced.as_ref().and_then(|p| p.p50_ms),
+        p99_ms: result.paced.as_ref().and_then(|p| p.p99_ms),
+        added_p99_ms: result.paced.as_ref().and_then(|p| p.added_p99_ms),
+        write_txns_per_msg: result.peak.as_ref().and_then(|p| p.write_txns_per_msg).map(|v| round(v, 3)),
+        rss_mib: result.peak.as_ref().map(|p| round(p.rss_mib, 1)),
+        duplicates: [&result.peak, &result.paced].into_iter().flatten().map(|p| p.duplicates).sum(),
+        rebalance: None,
+    };
+    if let Some(r) = &result.rebalance {
+        out.rebalance = Some(Box::new(SystemNumbers {
+            msgs_per_s: Some(round(r.msgs_per_s, 1)),
+            p50_ms: r.p50_ms,
+            p99_ms: r.p99_ms,
+            added_p99_ms: r.added_p99_ms,
+            write_txns_per_msg: r.write_txns_per_msg.map(|v| round(v, 3)),
+            rss_mib: Some(round(r.rss_mib, 1)),
+            duplicates: r.duplicates,
+            rebalance: None,
+        }));
+    }
+    out
+}
+
+fn round(value: f64, digits: i32) -> f64 {
+    let scale = 10_f64.powi(digits);
+    (value * scale).round() / scale
+}
+
+pub fn write_json(path: &Path, report: &BenchReport) -> anyhow::Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).ok();
+    }
+    let mut systems = serde_json::Map::new();
+    for (kind, result) in &report.systems {
+        systems.insert(kind.name().to_owned(), serde_json::to_value(numbers(result))?);
+    }
+    for (engine, ceiling) in &report.ceilings {
+        let midflight = if engine == "sqlite" { SystemKind::MidflightSqlite } else { SystemKind::MidflightMariadb };
+        let txns = report.systems.get(&midflight).and_then(|r| r.peak.as_ref()).and_then(|p| p.write_txns_per_msg);
+        systems.insert(
+            format!("ceiling-{engine}"),
+            serde_json::json!({
+                "commits_per_s": round(ceiling.commits_per_s, 1),
+                "connections": ceiling.connections,
+                "msgs_per_s": txns.map(|t| round(ceiling.commits_per_s / t, 1)),
+                "msgs_per_s_unbatched": round(ceiling.commits_per_s / TRANSITIONS_PER_MSG, 1),
+            }),
+        );
+    }
+    let json = serde_json::json!({
+        "machine": report.machine,
+        "command": report.command,
+        "systems": systems,
+        "phases": report.systems.values().flat_map(|r| [&r.peak, &r.paced, &r.rebalance]).flatten()
+            .map(|p| { let mut p = p.clone(); p.series.clear(); p }).collect::<Vec<_>>(),
+    });
+    std::fs::write(path, serde_json::to_string_pretty(&json)?)
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+pub fn write(dir: &Path, report: &BenchReport) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("report.md"), markdown(report))?;
+    std::fs::write(dir.join("phases.csv"), phases_csv(report))?;
+    std::fs::write(dir.join("series.csv"), series_csv(report))?;
+    std::fs::write(dir.join("chart.svg"), svg(report))?;
+    write_json(&dir.join("report.json"), report)
+}
+
+fn phases(report: &BenchReport) -> impl Iterator<Item = &PhaseResult> {
+    report.systems.values().flat_map(|r| [&r.peak, &r.paced, &r.rebalance]).flatten()
+}
+
+fn opt<T: std::fmt::Display>(value: Option<T>) -> String {
+    value.map_or("-".to_owned(), |v| v.to_string())
+}
+
+fn opt_f(value: Option<f64>, digits: usize) -> String {
+    value.map_or("-".to_owned(), |v| format!("{v:.digits$}"))
+}
+
+/// The summary table and the targets, also printed at the end of a run.
+pub fn summary_markdown(report: &BenchReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| system | msg/s (peak) | p50 ms | p99 ms | added p99 ms | write txns/msg | RSS MiB | duplicates | rebalance: msg/s, p99 ms, duplicates |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|");
+    for (kind, result) in &report.systems {
+        let n = numbers(result);
+        let rebalance = n
+            .rebalance
+            .as_ref()
+            .map_or("-".to_owned(), |r| format!("{}, {}, {}", opt_f(r.msgs_per_s, 0), opt(r.p99_ms), r.duplicates));
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            kind.name(),
+            opt_f(n.msgs_per_s, 0),
+            opt(n.p50_ms),
+            opt(n.p99_ms),
+            opt(n.added_p99_ms),
+            opt_f(n.write_txns_per_msg, 2),
+            opt_f(n.rss_mib, 0),
+            n.duplicates,
+            rebalance
+        );
+    }
+    for (engine, ceiling) in &report.ceilings {
+        let midflight = if engine == "sqlite" { SystemKind::MidflightSqlite } else { SystemKind::MidflightMariadb };
+        let peak = report.systems.get(&midflight).and_then(|r| r.peak.as_ref());
+        let txns = peak.and_then(|p| p.write_txns_per_msg);
+        let _ = writeln!(
+            out,
+            "| ceiling ({engine}) | {} (÷ {} txns/msg); {:.0} unbatched (÷ 3) | | | | | | | |",
+            opt_f(txns.map(|t| ceiling.commits_per_s / t), 0),
+            opt_f(txns, 2),
+            ceiling.commits_per_s / TRANSITIONS_PER_MSG
+        );
+    }
+    out.push('\n');
+    out.push_str(&targets(report));
+    out
+}
+
+fn targets(report: &BenchReport) -> String {
+    let mut out = String::from("Targets (issue 8), midflight on MariaDB:\n\n");
+    let Some(ours) = report.systems.get(&SystemKind::MidflightMariadb) else {
+        out.push_str("- midflight-mariadb was not run.\n");
+        return out;
+    };
+    let peak = ours.peak.as_ref();
+    let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
+    if let Some(peak) = peak {
+        let rebalance_dups = ours.rebalance.as_ref().map_or(0, |r| r.duplicates);
+        let dups = peak.duplicates + ours.paced.as_ref().map_or(0, |p| p.duplicates) + rebalance_dups;
+        let _ = writeln!(
+            out,
+            "- >= {TARGET_MSGS_PER_S:.0} msg/s with zero duplicates: {:.0} msg/s, {dups} duplicates: {}",
+            peak.msgs_per_s,
+            verdict(peak.msgs_per_s >= TARGET_MSGS_PER_S && dups == 0)
+        );
+        if let Some(a) = report.systems.get(&SystemKind::BaselineA).and_then(|r| r.peak.as_ref()) {
+            let ratio = peak.msgs_per_s / a.msgs_per_s.max(0.001);
+            let _ = writeln!(
+                out,
+                "- >= {TARGET_VS_BASELINE_A:.0}x baseline A: {ratio:.1}x ({:.0} vs {:.0} msg/s): {}",
+                peak.msgs_per_s,
+                a.msgs_per_s,
+                verdict(ratio >= TARGET_VS_BASELINE_A)
+            );
+        }
+        if let Some(txns) = peak.write_txns_per_msg {
+            let _ = writeln!(
+                out,
+                "- <= {TARGET_WRITE_TXNS_PER_MSG:.0} write transactions per message: {txns:.2}: {}",
+                verdict(txns <= TARGET_WRITE_TXNS_PER_MSG)
+            );
+            if let Some(ceiling) = report.ceilings.get("mariadb") {
+                let bound = ceiling.commits_per_s / txns;
+                let _ = writeln!(
+                    out,
+                    "- >= 50% of the ceiling ({:.0} commits/s ÷ {txns:.2} = {bound:.0} msg/s): {:.0}%: {}",
+                    ceiling.commits_per_s,
+                    100.0 * peak.msgs_per_s / bound,
+                    verdict(peak.msgs_per_s >= TARGET_SHARE_OF_CEILING * bound)
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "- consumer RSS <= {TARGET_RSS_MIB:.0} MiB (peak phase; most sagas one consumer held: {}): {:.0} MiB: {}",
+            peak.in_flight_per_consumer_max,
+            peak.rss_mib,
+            verdict(peak.rss_mib <= TARGET_RSS_MIB)
+        );
+    }
+    if let Some(paced) = &ours.paced {
+        let _ = writeln!(
+            out,
+            "- p99 added latency <= {TARGET_ADDED_P99_MS} ms at {:.0} msg/s: {} ms: {}",
+            paced.offered_per_s.unwrap_or(0.0),
+            opt(paced.added_p99_ms),
+            verdict(paced.added_p99_ms.is_some_and(|v| v <= TARGET_ADDED_P99_MS))
+        );
+    }
+    out
+}
+
+fn markdown(report: &BenchReport) -> String {
+    let m = &report.machine;
+    let mut out = String::from("# midflight benchmark\n\n");
+    let _ = writeln!(out, "- Command: `{}`", report.command);
+    let _ = writeln!(out, "- Commit: `{}`", m.commit);
+    let _ = writeln!(out, "- Machine: {} cores ({}), {:.0} GiB", m.cores, m.cpu, m.memory_gib);
+    let _ = writeln!(out, "- MariaDB: {}", opt(m.mariadb.as_ref()));
+    for (engine, c) in &report.ceilings {
+        let _ = writeln!(
+            out,
+            "- Ceiling {engine}: {:.0} single-row commits/s with {} connections over {:.1} s ({})",
+            c.commits_per_s, c.connections, c.seconds, c.durability
+        );
+    }
+    out.push_str("\n## Summary\n\n");
+    out.push_str(&summary_markdown(report));
+    out.push_str("\n## Phases\n\n");
+    out.push_str(
+        "| system | phase | consumers | offered msg/s | messages | finished | msg/s | p50 ms | p99 ms | added p50 ms | added p99 ms | call mean ms | write txns/msg | transitions/msg | MariaDB commits/msg | MariaDB write stmts/msg | MariaDB fsyncs/msg | RSS MiB | in flight/consumer max | rebalances | duplicates | violations | lost | drained | load avg |\n",
+    );
+    out.push_str(
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for p in phases(report) {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {:.1}-{:.1} |",
+            p.system,
+            p.phase,
+            p.consumers,
+            opt_f(p.offered_per_s, 0),
+            p.messages,
+            p.finished,
+            p.msgs_per_s,
+            opt(p.p50_ms),
+            opt(p.p99_ms),
+            opt(p.added_p50_ms),
+            opt(p.added_p99_ms),
+            opt_f(p.call_mean_ms, 0),
+            opt_f(p.write_txns_per_msg, 3),
+            opt_f(p.transitions_per_msg, 2),
+            opt_f(p.mysql.map(|m| m.com_commit_per_msg), 3),
+            opt_f(p.mysql.map(|m| m.write_statements_per_msg), 2),
+            opt_f(p.mysql.map(|m| m.log_fsyncs_per_msg), 3),
+            p.rss_mib,
+            p.in_flight_per_consumer_max,
+            p.rebalances,
+            p.duplicates,
+            p.violations,
+            p.lost,
+            p.drained,
+            p.load_avg_start,
+            p.load_avg_end
+        );
+    }
+    out.push_str(
+        "\nmsg/s: completions per second after the warm-up while loading. Latencies: produce call to the \
+         DONE commit (midflight: the transition log's database time; baselines: their own timings file), \
+         added = end to end minus the time spent in downstream calls (the log's `call_ms`). Write txns/msg: \
+         counted by the consumers' stores (baseline B: by its own counter). MariaDB columns: global server \
+         counters (other clients of the server add noise).\n\n![throughput and latency over time](chart.svg)\n",
+    );
+    out
+}
+
+fn phases_csv(report: &BenchReport) -> String {
+    let mut out = String::from(
+        "system,phase,consumers,offered_per_s,messages,finished,msgs_per_s,p50_ms,p99_ms,added_p50_ms,added_p99_ms,call_mean_ms,write_txns_per_msg,transitions_per_msg,mysql_commits_per_msg,mysql_write_statements_per_msg,mysql_fsyncs_per_msg,rss_mib,in_flight_per_consumer_max,rebalances,duplicates,violations,lost,drained,load_avg_start,load_avg_end\n",
+    );
+    let csv = |v: Option<String>| v.unwrap_or_default();
+    for p in phases(report) {
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{:.1},{},{},{},{},{},{},{},{},{},{},{:.1},{},{},{},{},{},{},{:.2},{:.2}",
+            p.system,
+            p.phase,
+            p.consumers,
+            csv(p.offered_per_s.map(|v| format!("{v:.1}"))),
+            p.messages,
+            p.finished,
+            p.msgs_per_s,
+            csv(p.p50_ms.map(|v| v.to_string())),
+            csv(p.p99_ms.map(|v| v.to_string())),
+            csv(p.added_p50_ms.map(|v| v.to_string())),
+            csv(p.added_p99_ms.map(|v| v.to_string())),
+            csv(p.call_mean_ms.map(|v| format!("{v:.1}"))),
+            csv(p.write_txns_per_msg.map(|v| format!("{v:.4}"))),
+            csv(p.transitions_per_msg.map(|v| format!("{v:.3}"))),
+            csv(p.mysql.map(|m| format!("{:.4}", m.com_commit_per_msg))),
+            csv(p.mysql.map(|m| format!("{:.3}", m.write_statements_per_msg))),
+            csv(p.mysql.map(|m| format!("{:.4}", m.log_fsyncs_per_msg))),
+            p.rss_mib,
+            p.in_flight_per_consumer_max,
+            p.rebalances,
+            p.duplicates,
+            p.violations,
+            p.lost,
+            p.drained,
+            p.load_avg_start,
+            p.load_avg_end
+        );
+    }
+    out
+}
+
+fn series_csv(report: &BenchReport) -> String {
+    let mut out = String::from("system,phase,t_s,done,done_per_s,p50_ms,p99_ms,in_flight\n");
+    for p in phases(report) {
+        for s in &p.series {
+            let _ = writeln!(
+                out,
+                "{},{},{:.2},{},{:.1},{},{},{}",
+                p.system,
+                p.phase,
+                s.t_s,
+                s.done,
+                s.done_per_s,
+                opt(s.p50_ms),
+                opt(s.p99_ms),
+                s.in_flight
+            );
+        }
+    }
+    out
+}
+
+/// Colours of the lines, one per phase, in order.
+const PALETTE: [&str; 8] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
+
+/// Two panels: completions per second, and p99 end-to-end latency per second, against time.
+fn svg(report: &BenchReport) -> String {
+    let (width, panel, margin, legend_row) = (960.0, 260.0, 60.0, 16.0);
+    let all: Vec<&PhaseResult> = phases(report).collect();
+    let legend_h = legend_row * all.len() as f64 + 10.0;
+    let height = 2.0 * panel + 3.0 * margin + legend_h;
+    let t_max = all.iter().flat_map(|p| p.series.iter().map(|s| s.t_s)).fold(1.0_f64, f64::max);
+    let rate_max = all.iter().flat_map(|p| p.series.iter().map(|s| s.done_per_s)).fold(1.0_f64, f64::max);
+    let lat_max =
+        all.iter().flat_map(|p| p.series.iter().filter_map(|s| s.p99_ms)).map(|v| v as f64).fold(1.0_f64, f64::max);
+    let mut out = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+    );
+    let plot_w = width - 2.0 * margin;
+    for (index, (title, max, unit)) in
+        [("completions per second", rate_max, "msg/s"), ("p99 end-to-end latency (paced phases)", lat_max, "ms")]
+            .into_iter()
+            .enumerate()
+    {
+        let top = margin + index as f64 * (panel + margin);
+        let _ = writeln!(
+            out,
+            "<text x=\"{margin}\" y=\"{}\" font-size=\"13\">{title}</text>\n<rect x=\"{margin}\" y=\"{top}\" width=\"{plot_w}\" height=\"{panel}\" fill=\"none\" stroke=\"#999\"/>",
+            top - 8.0
+        );
+        for tick in 0..=4 {
+            let value = max * f64::from(tick) / 4.0;
+            let y = top + panel - panel * f64::from(tick) / 4.0;
+            let _ = writeln!(
+                out,
+                "<line x1=\"{margin}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#eee\"/><text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{value:.0} {unit}</text>",
+                margin + plot_w,
+                margin - 4.0,
+                y + 4.0
+            );
+        }
+        for (n, phase) in all.iter().enumerate() {
+            let points: Vec<String> = phase
+                .series
+                .iter()
+                .filter_map(|s| {
+                    let value = if index == 0 { Some(s.done_per_s) } else { s.p99_ms.map(|v| v as f64) };
+                    value.map(|v| {
+                        format!(
+                            "{:.1},{:.1}",
+                            margin + plot_w * s.t_s / t_max,
+                            top + panel - panel * (v / max).min(1.0)
+                        )
+                    })
+                })
+                .collect();
+            if points.len() > 1 {
+                let _ = writeln!(
+                    out,
+                    "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" points=\"{}\"/>",
+                    PALETTE[n % PALETTE.len()],
+                    points.join(" ")
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{t_max:.0} s</text>",
+            margin + plot_w,
+            top + panel + 14.0
+        );
+    }
+    let legend_top = 2.0 * panel + 2.5 * margin + 10.0;
+    for (n, phase) in all.iter().enumerate() {
+        let y = legend_top + legend_row * n as f64;
+        let _ = writeln!(
+            out,
+            "<rect x=\"{margin}\" y=\"{:.1}\" width=\"12\" height=\"3\" fill=\"{}\"/><text x=\"{}\" y=\"{:.1}\">{} {} ({:.0} msg/s)</text>",
+            y - 4.0,
+            PALETTE[n % PALETTE.len()],
+            margin + 18.0,
+            y,
+            phase.system,
+            phase.phase,
+            phase.msgs_per_s
+        );
+    }
+    out.push_str("</svg>\n");
+    out
+}

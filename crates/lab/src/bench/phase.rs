@@ -1,0 +1,728 @@
+//! One phase of one system: start it fresh, warm it up, load it (a backlog kept ahead of the
+//! consumers, or a fixed rate, with forced rebalances or without), let it drain, stop it, and
+//! measure: completion rate, latencies, write transactions, memory, duplicates.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use midflight_checker::{Expected, Snapshot, check, effects_by_order};
+use midflight_mock::{FaultPlan, MethodFaults};
+use midflight_model::Status;
+use midflight_stack::kafka::Record;
+use sea_orm::{ConnectionTrait, Database, DatabaseConnection, Statement};
+use serde::Serialize;
+
+use super::{BenchArgs, SystemKind};
+use crate::process::Signal;
+use crate::system::{ORDER_TOPIC, System, SystemSpec};
+use crate::workload::Workload;
+
+/// Each midflight or baseline-B consumer's pool on MariaDB (`System::database`).
+pub const MYSQL_POOL: u32 = 16;
+/// Each consumer's pool on SQLite (`System::database`).
+pub const SQLITE_POOL: u32 = 4;
+/// Messages that warm a fresh system up (group joined, connections open) before measuring.
+const WARMUP_MESSAGES: usize = 200;
+/// How long the warm-up may take: joins of 16 legacy consumers take a while.
+const WARMUP_DEADLINE: Duration = Duration::from_secs(120);
+/// How often progress, sagas in flight and memory are sampled.
+const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+/// How often the paced producer sends.
+const PACE_TICK: Duration = Duration::from_millis(10);
+/// The peak producer keeps this many seconds of consumption ahead of the consumers, on top of
+/// what they can hold in flight, so they never run dry between two samples.
+const LEAD_S: f64 = 3.0;
+/// Largest batch the peak producer sends at once.
+const PRODUCE_CHUNK_MAX: usize = 5_000;
+/// After loading stops, how long the system may take to finish what it was given.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(180);
+/// How long reading the snapshot and the ledgers may take per page.
+const COLLECT_TIMEOUT: Duration = Duration::from_secs(60);
+/// The user's latencies (MISSION.md): LockStock p50/p99, CreateShipment p50/p99, in ms.
+const WMS_LATENCY_MS: (u32, u32) = (60, 180);
+const LOGISTICS_LATENCY_MS: (u32, u32) = (110, 320);
+
+/// How a phase loads the system.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Load {
+    /// A backlog kept ahead of the consumers: the most they sustain.
+    Peak,
+    /// A fixed rate; with a consumer joining or leaving every `rebalance_every_s`.
+    Paced { rate: f64, rebalance_every_s: Option<u64> },
+}
+
+impl Load {
+    fn name(self) -> &'static str {
+        match self {
+            Load::Peak => "peak",
+            Load::Paced { rebalance_every_s: None, .. } => "paced",
+            Load::Paced { rebalance_every_s: Some(_), .. } => "rebalance",
+        }
+    }
+}
+
+/// One second of a phase, for the chart.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sample {
+    /// Seconds since loading started.
+    pub t_s: f64,
+    pub done: u64,
+    pub done_per_s: f64,
+    /// End-to-end latency of the messages finished in this second (paced phases).
+    pub p50_ms: Option<i64>,
+    pub p99_ms: Option<i64>,
+    /// Sagas in flight, summed over processes (midflight: from the table).
+    pub in_flight: u64,
+}
+
+/// What one phase measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseResult {
+    pub system: String,
+    pub phase: String,
+    pub consumers: usize,
+    /// The paced rate asked for (msg/s).
+    pub offered_per_s: Option<f64>,
+    /// Messages produced after the warm-up, and how many of them finished.
+    pub messages: usize,
+    pub finished: usize,
+    /// Completion rate after the warm-up, while loading.
+    pub msgs_per_s: f64,
+    pub p50_ms: Option<i64>,
+    pub p99_ms: Option<i64>,
+    pub added_p50_ms: Option<i64>,
+    pub added_p99_ms: Option<i64>,
+    /// Mean time in downstream calls per message.
+    pub call_mean_ms: Option<f64>,
+    /// Counted by the consumers' stores (or the baseline's own counter), per finished message.
+    pub write_txns_per_msg: Option<f64>,
+    /// Saga transitions written per finished message (midflight).
+    pub transitions_per_msg: Option<f64>,
+    /// MariaDB's global counters over the measured part, per finished message.
+    pub mysql: Option<MysqlDeltas>,
+    /// Highest VmHWM of any consumer process, MiB.
+    pub rss_mib: f64,
+    /// Most sagas one consumer held in flight at a sample (midflight; from the table).
+    pub in_flight_per_consumer_max: u64,
+    pub duplicates: usize,
+    pub violations: usize,
+    pub lost: usize,
+    pub rebalances: usize,
+    pub drained: bool,
+    pub load_avg_start: f64,
+    pub load_avg_end: f64,
+    pub series: Vec<Sample>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct MysqlDeltas {
+    pub com_commit_per_msg: f64,
+    pub write_statements_per_msg: f64,
+    pub log_fsyncs_per_msg: f64,
+}
+
+/// The global status counters read before and after.
+#[derive(Debug, Clone, Copy, Default)]
+struct MysqlCounters {
+    commits: u64,
+    writes: u64,
+    fsyncs: u64,
+}
+
+pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load) -> anyhow::Result<PhaseResult> {
+    let name = format!("{}-{}", kind.name(), load.name());
+    let spec = spec(args, run_dir, kind, &name);
+    let consumers = spec.consumers;
+    println!("{name}: starting");
+    let mut system = System::start(spec).await?;
+    let progress = Progress::connect(&system, kind).await?;
+    let prefix = format!("B{}", crate::timestamp() % 100_000);
+    let mut expected = Expected::default();
+    let warm = produce(&system, &format!("{prefix}W"), 0, WARMUP_MESSAGES, &mut expected).await?;
+    wait_until(&progress, warm.len() as u64, WARMUP_DEADLINE).await.context("the warm-up did not finish")?;
+    let load_avg_start = load_average();
+    let mysql_before = progress.mysql_counters().await?;
+    let mut run =
+        Running { system: &mut system, progress: &progress, kind, produced_at: HashMap::new(), samples: Vec::new() };
+    let started = Instant::now();
+    let (messages, rebalances) = match load {
+        Load::Peak => (run.peak(args, &prefix, &mut expected, consumers).await?, 0),
+        Load::Paced { rate, rebalance_every_s } => {
+            run.paced(args, &prefix, &mut expected, rate, rebalance_every_s, consumers).await?
+        }
+    };
+    let loaded_s = started.elapsed().as_secs_f64();
+    let target = (warm.len() + messages) as u64;
+    let drained = run.drain(target, started).await?;
+    let mysql_after = progress.mysql_counters().await?;
+    let load_avg_end = load_average();
+    let Running { produced_at, samples, .. } = run;
+    let rss_mib = rss_hwm_mib(&mut system);
+    stop_consumers(&mut system);
+    let stopped = stopped_counters(&system.dir.join("logs"))?;
+    println!("{name}: collecting");
+    let outcome = collect(&system, kind, &expected).await?;
+    system.shutdown();
+
+    let msgs_per_s = rate_after(&samples, args.warmup_seconds as f64, loaded_s);
+    let mut latencies = Latencies::default();
+    for timing in &outcome.timings {
+        if let Some(produced) = produced_at.get(&timing.biz_id) {
+            let e2e = timing.done_at_ms - produced;
+            latencies.push(
+                timing.done_at_ms,
+                e2e,
+                i64::try_from(timing.call_ms).unwrap_or(i64::MAX),
+                started_ms(started),
+            );
+        }
+    }
+    let finished = latencies.e2e.len();
+    // The consumers count from their start, so their totals are divided by every message they
+    // finished, warm-up included (a few hundred against tens of thousands).
+    let all = finished + warm.len();
+    let per_msg = |count: u64| (finished > 0).then(|| count as f64 / all as f64);
+    let series = latencies.series(&samples);
+    let (e2e, added) = (latencies.sorted_e2e(), latencies.sorted_added());
+    let result = PhaseResult {
+        system: kind.name().to_owned(),
+        phase: load.name().to_owned(),
+        consumers,
+        offered_per_s: match load {
+            Load::Peak => None,
+            Load::Paced { rate, .. } => Some(rate),
+        },
+        messages,
+        finished,
+        msgs_per_s,
+        p50_ms: percentile(&e2e, 0.50),
+        p99_ms: percentile(&e2e, 0.99),
+        added_p50_ms: percentile(&added, 0.50),
+        added_p99_ms: percentile(&added, 0.99),
+        call_mean_ms: (finished > 0).then(|| latencies.call_ms_sum as f64 / finished as f64),
+        write_txns_per_msg: stopped.write_txns.and_then(per_msg),
+        transitions_per_msg: stopped.transitions.and_then(per_msg),
+        mysql: mysql_before.zip(mysql_after).and_then(|(b, a)| {
+            let finished = finished.max(1) as f64;
+            Some(MysqlDeltas {
+                com_commit_per_msg: a.commits.checked_sub(b.commits)? as f64 / finished,
+                write_statements_per_msg: a.writes.checked_sub(b.writes)? as f64 / finished,
+                log_fsyncs_per_msg: a.fsyncs.checked_sub(b.fsyncs)? as f64 / finished,
+            })
+        }),
+        rss_mib,
+        in_flight_per_consumer_max: samples_in_flight_max(&progress),
+        duplicates: outcome.duplicates,
+        violations: outcome.violations,
+        lost: outcome.lost,
+        rebalances,
+        drained,
+        load_avg_start,
+        load_avg_end,
+        series,
+    };
+    println!(
+        "{name}: {:.0} msg/s, p50 {:?} ms, p99 {:?} ms, added p99 {:?} ms, write txns/msg {:?}, rss {:.0} MiB, duplicates {}, violations {}",
+        result.msgs_per_s,
+        result.p50_ms,
+        result.p99_ms,
+        result.added_p99_ms,
+        result.write_txns_per_msg.map(|v| (v * 100.0).round() / 100.0),
+        result.rss_mib,
+        result.duplicates,
+        result.violations
+    );
+    Ok(result)
+}
+
+fn started_ms(started: Instant) -> i64 {
+    crate::timings::now_ms() - i64::try_from(started.elapsed().as_millis()).unwrap_or(0)
+}
+
+fn spec(args: &BenchArgs, run_dir: &Path, kind: SystemKind, name: &str) -> SystemSpec {
+    let mut spec = SystemSpec::new(name, run_dir);
+    spec.partitions = args.partitions;
+    spec.mysql_url = kind.uses_mysql().then(|| args.mysql_url.clone()).flatten();
+    spec.legacy = kind == SystemKind::BaselineA;
+    spec.nostate = kind == SystemKind::BaselineB;
+    spec.timings = !kind.is_midflight();
+    spec.consumers = if kind == SystemKind::BaselineA { args.baseline_a_consumers } else { args.consumers };
+    spec.recovery_workers = usize::from(kind.is_midflight());
+    // The production defaults (DriverSettings), not the scenario catalogue's short lease.
+    spec.lease_ms = 30_000;
+    spec.rpc_timeout_ms = 2_000;
+    spec.recovery_scan_interval_ms = 1_000;
+    spec.log_filter = "warn,midflight_consumer=info,midflight_lab=info".to_owned();
+    spec.log_format = "json".to_owned();
+    if kind.is_midflight() {
+        spec.consumer_set = args.consumer_set.clone();
+    }
+    if !args.no_latency {
+        spec.wms_faults = latency_plan("LockStock", WMS_LATENCY_MS);
+        spec.logistics_faults = latency_plan("CreateShipment", LOGISTICS_LATENCY_MS);
+    }
+    spec
+}
+
+fn latency_plan(method: &str, (p50_ms, p99_ms): (u32, u32)) -> FaultPlan {
+    let mut plan = FaultPlan::default();
+    plan.methods.insert(method.to_owned(), MethodFaults::with_latency(p50_ms, p99_ms));
+    plan
+}
+
+/// Produces `count` orders numbered from `first`; returns their biz_ids and notes them as expected.
+async fn produce(
+    system: &System,
+    prefix: &str,
+    first: usize,
+    count: usize,
+    expected: &mut Expected,
+) -> anyhow::Result<Vec<String>> {
+    let workload = Workload::orders(first as u64 + 1, count, &format!("{prefix}-{first}"));
+    let records: Vec<Record> = workload.records();
+    system.kafka.produce(ORDER_TOPIC, &records).await.context("cannot produce")?;
+    let ids: Vec<String> = records.iter().filter_map(|r| r.key.as_ref().map(|order| format!("{order}:PAID"))).collect();
+    expected.orders.extend(ids.iter().cloned());
+    Ok(ids)
+}
+
+/// What a phase is doing while it loads the system.
+struct Running<'a> {
+    system: &'a mut System,
+    progress: &'a Progress,
+    kind: SystemKind,
+    /// biz_id -> when the producer sent it (ms since the Unix epoch).
+    produced_at: HashMap<String, i64>,
+    samples: Vec<Sample>,
+}
+
+impl Running<'_> {
+    async fn peak(
+        &mut self,
+        args: &BenchArgs,
+        prefix: &str,
+        expected: &mut Expected,
+        consumers: usize,
+    ) -> anyhow::Result<usize> {
+        let started = Instant::now();
+        let capacity = if self.kind == SystemKind::BaselineA {
+            consumers
+        } else {
+            consumers * midflight_consumer::ConsumerSection::default().in_flight_max
+        };
+        let (mut produced, mut done) = (0_usize, 0_u64);
+        let mut next_sample = Instant::now();
+        while started.elapsed() < Duration::from_secs(args.seconds) {
+            if Instant::now() >= next_sample {
+                done = self.sample(started).await?;
+                next_sample += SAMPLE_EVERY;
+            }
+            let rate = recent_rate(&self.samples).max(100.0);
+            let lead = capacity + (rate * LEAD_S) as usize;
+            let backlog = (WARMUP_MESSAGES + produced).saturating_sub(usize::try_from(done).unwrap_or(0));
+            if backlog < lead {
+                let count = (lead - backlog).min(PRODUCE_CHUNK_MAX);
+                let at = crate::timings::now_ms();
+                let ids = produce(self.system, prefix, produced, count, expected).await?;
+                self.produced_at.extend(ids.into_iter().map(|id| (id, at)));
+                produced += count;
+            } else {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            self.check_children()?;
+        }
+        Ok(produced)
+    }
+
+    async fn paced(
+        &mut self,
+        args: &BenchArgs,
+        prefix: &str,
+        expected: &mut Expected,
+        rate: f64,
+        rebalance_every_s: Option<u64>,
+        consumers: usize,
+    ) -> anyhow::Result<(usize, usize)> {
+        let started = Instant::now();
+        let mut produced = 0_usize;
+        let mut next_sample = Instant::now();
+        let every = rebalance_every_s.map(Duration::from_secs);
+        let mut next_toggle = every.map(|every| started + every);
+        let mut rebalances = 0;
+        let extra = consumers + 1;
+        let mut ticks = tokio::time::interval(PACE_TICK);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        while started.elapsed() < Duration::from_secs(args.seconds) {
+            ticks.tick().await;
+            let due = (started.elapsed().as_secs_f64() * rate) as usize;
+            if due > produced {
+                let at = crate::timings::now_ms();
+                let ids = produce(self.system, prefix, produced, due - produced, expected).await?;
+                self.produced_at.extend(ids.into_iter().map(|id| (id, at)));
+                produced = due;
+            }
+            if Instant::now() >= next_sample {
+                self.sample(started).await?;
+                next_sample += SAMPLE_EVERY;
+            }
+            if let (Some(at), Some(every)) = (next_toggle, every)
+                && Instant::now() >= at
+            {
+                self.toggle(extra, started)?;
+                rebalances += 1;
+                next_toggle = Some(at + every);
+            }
+            self.check_children()?;
+        }
+        Ok((produced, rebalances))
+    }
+
+    /// A consumer joins the group (or, if it is running, leaves it gracefully): one rebalance.
+    fn toggle(&mut self, index: usize, started: Instant) -> anyhow::Result<()> {
+        let name = format!("consumer-{index}");
+        let joining = !self.system.processes.is_running(&name);
+        println!(
+            "{}: t={:.0}s {name} {}",
+            self.kind.name(),
+            started.elapsed().as_secs_f64(),
+            if joining { "joins" } else { "leaves" }
+        );
+        if joining { self.system.start_consumer(index) } else { self.system.signal(&name, Signal::Term) }
+    }
+
+    /// Until every message produced is finished, or the deadline.
+    async fn drain(&mut self, target: u64, started: Instant) -> anyhow::Result<bool> {
+        let deadline = Instant::now() + DRAIN_DEADLINE;
+        loop {
+            let done = self.sample(started).await?;
+            if done >= target {
+                return Ok(true);
+            }
+            if Instant::now() > deadline {
+                println!("{}: {done}/{target} finished when the drain deadline passed", self.kind.name());
+                return Ok(false);
+            }
+            self.check_children()?;
+            tokio::time::sleep(SAMPLE_EVERY).await;
+        }
+    }
+
+    async fn sample(&mut self, started: Instant) -> anyhow::Result<u64> {
+        let t_s = started.elapsed().as_secs_f64();
+        let done = self.progress.done().await?;
+        let in_flight = self.progress.in_flight().await?;
+        let done_per_s = self.samples.last().map_or(0.0, |last| {
+            let dt = t_s - last.t_s;
+            if dt > 0.0 { done.saturating_sub(last.done) as f64 / dt } else { 0.0 }
+        });
+        self.samples.push(Sample { t_s, done, done_per_s, p50_ms: None, p99_ms: None, in_flight });
+        Ok(done)
+    }
+
+    /// A child that died on its own ends the phase with an error (the toggled consumer may
+    /// come and go).
+    fn check_children(&mut self) -> anyhow::Result<()> {
+        for (name, code) in self.system.processes.exited() {
+            if code != Some(0) {
+                bail!("{name} exited on its own (status {code:?}); see {}", self.system.dir.join("logs").display());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Completion rate of the last few samples (msg/s).
+fn recent_rate(samples: &[Sample]) -> f64 {
+    let recent = &samples[samples.len().saturating_sub(3)..];
+    match (recent.first(), recent.last()) {
+        (Some(a), Some(b)) if b.t_s > a.t_s => b.done.saturating_sub(a.done) as f64 / (b.t_s - a.t_s),
+        _ => 0.0,
+    }
+}
+
+/// Completion rate between `from_s` and `to_s` after loading started.
+fn rate_after(samples: &[Sample], from_s: f64, to_s: f64) -> f64 {
+    let first = samples.iter().find(|s| s.t_s >= from_s);
+    let last = samples.iter().rev().find(|s| s.t_s <= to_s);
+    match (first, last) {
+        (Some(a), Some(b)) if b.t_s > a.t_s => b.done.saturating_sub(a.done) as f64 / (b.t_s - a.t_s),
+        _ => 0.0,
+    }
+}
+
+async fn wait_until(progress: &Progress, target: u64, deadline: Duration) -> anyhow::Result<()> {
+    let until = Instant::now() + deadline;
+    loop {
+        if progress.done().await? >= target {
+            return Ok(());
+        }
+        if Instant::now() > until {
+            bail!("fewer than {target} messages finished after {} s", deadline.as_secs());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// How a phase reads progress from a running system, per design.
+struct Progress {
+    kind: SystemKind,
+    store: midflight_store::Store,
+    /// The lab's own connection for the baselines' tables and the server's counters.
+    db: DatabaseConnection,
+    mysql: bool,
+    in_flight_per_owner_max: std::sync::atomic::AtomicU64,
+}
+
+impl Progress {
+    async fn connect(system: &System, kind: SystemKind) -> anyhow::Result<Progress> {
+        let mut options = sea_orm::ConnectOptions::new(system.database_url.clone());
+        options.max_connections(2).sqlx_logging(false);
+        let db = Database::connect(options).await.context("cannot connect to the bench database")?;
+        Ok(Progress {
+            kind,
+            store: system.store.clone(),
+            db,
+            mysql: system.database_url.starts_with("mysql"),
+            in_flight_per_owner_max: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    /// Messages finished: DONE sagas, DONE legacy rows, SHIPPED business rows of baseline B.
+    async fn done(&self) -> anyhow::Result<u64> {
+        let sql = match self.kind {
+            SystemKind::BaselineA => "SELECT COUNT(*) AS n FROM legacy_orders WHERE status = 'DONE'",
+            SystemKind::BaselineB => "SELECT COUNT(*) AS n FROM orders WHERE status = 'SHIPPED'",
+            _ => return Ok(self.store.count_status(Status::Done).await?),
+        };
+        self.count(sql).await
+    }
+
+    /// Messages started and not finished (midflight: non-terminal sagas, per owner too).
+    async fn in_flight(&self) -> anyhow::Result<u64> {
+        let sql = match self.kind {
+            SystemKind::BaselineA => "SELECT COUNT(*) AS n FROM legacy_orders WHERE status <> 'DONE'",
+            SystemKind::BaselineB => "SELECT COUNT(*) AS n FROM orders WHERE status <> 'SHIPPED'",
+            _ => {
+                let owners = self.store.in_flight_by_owner().await?;
+                let per_owner = owners.iter().map(|(_, n)| *n).max().unwrap_or(0);
+                self.in_flight_per_owner_max.fetch_max(per_owner, std::sync::atomic::Ordering::Relaxed);
+                return Ok(owners.iter().map(|(_, n)| n).sum());
+            }
+        };
+        self.count(sql).await
+    }
+
+    async fn count(&self, sql: &str) -> anyhow::Result<u64> {
+        let backend = self.db.get_database_backend();
+        let row = self.db.query_one_raw(Statement::from_string(backend, sql)).await?;
+        let count: i64 = row.map(|r| r.try_get("", "n")).transpose()?.unwrap_or(0);
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
+    /// MariaDB's global counters (every client of the server: other users add noise).
+    async fn mysql_counters(&self) -> anyhow::Result<Option<MysqlCounters>> {
+        if !self.mysql {
+            return Ok(None);
+        }
+        let sql = "SHOW GLOBAL STATUS WHERE Variable_name IN ('Com_commit', 'Com_insert', 'Com_update', 'Innodb_os_log_fsyncs')";
+        let rows = self.db.query_all_raw(Statement::from_string(self.db.get_database_backend(), sql)).await?;
+        let mut counters = MysqlCounters::default();
+        for row in rows {
+            let name: String = row.try_get_by_index(0)?;
+            let value: String = row.try_get_by_index(1)?;
+            let value: u64 = value.parse().unwrap_or(0);
+            match name.as_str() {
+                "Com_commit" => counters.commits = value,
+                "Innodb_os_log_fsyncs" => counters.fsyncs = value,
+                _ => counters.writes += value,
+            }
+        }
+        Ok(Some(counters))
+    }
+}
+
+fn samples_in_flight_max(progress: &Progress) -> u64 {
+    progress.in_flight_per_owner_max.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The highest VmHWM (peak resident set) of the running consumer processes, in MiB.
+fn rss_hwm_mib(system: &mut System) -> f64 {
+    let mut max_kib = 0_u64;
+    for name in system.processes.names().into_iter().filter(|n| n.starts_with("consumer-")) {
+        if !system.processes.is_running(&name) {
+            continue;
+        }
+        let Some(pid) = system.processes.pid(&name) else { continue };
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { continue };
+        for line in status.lines().filter(|l| l.starts_with("VmHWM:")) {
+            let kib = line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0);
+            max_kib = max_kib.max(kib);
+        }
+    }
+    max_kib as f64 / 1024.0
+}
+
+/// SIGTERM every consumer (they log their counters on the way out), oldest first.
+fn stop_consumers(system: &mut System) {
+    for name in system.processes.names().into_iter().filter(|n| n.starts_with("consumer-")) {
+        if system.processes.is_running(&name)
+            && let Err(error) = system.processes.stop(&name)
+        {
+            println!("note: stopping {name}: {error}");
+        }
+    }
+}
+
+/// What the consumers' last log lines said they wrote (summed over every incarnation).
+#[derive(Debug, Default)]
+struct Stopped {
+    write_txns: Option<u64>,
+    transitions: Option<u64>,
+}
+
+fn stopped_counters(logs: &Path) -> anyhow::Result<Stopped> {
+    let mut stopped = Stopped::default();
+    for entry in std::fs::read_dir(logs).with_context(|| format!("cannot list {}", logs.display()))? {
+        let path = entry?.path();
+        if !path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("consumer-")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)?;
+        for line in text.lines().filter(|l| l.contains("consumer stopped")) {
+            let Ok(json) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+            for (key, slot) in [("write_txns", &mut stopped.write_txns), ("transitions", &mut stopped.transitions)] {
+                if let Some(value) = find_u64(&json, key) {
+                    *slot = Some(slot.unwrap_or(0) + value);
+                }
+            }
+        }
+    }
+    Ok(stopped)
+}
+
+/// The first number under `key` anywhere in a JSON log line (fields may be nested).
+fn find_u64(value: &serde_json::Value, key: &str) -> Option<u64> {
+    match value {
+        serde_json::Value::Object(map) => {
+            map.get(key).and_then(serde_json::Value::as_u64).or_else(|| map.values().find_map(|v| find_u64(v, key)))
+        }
+        _ => None,
+    }
+}
+
+/// What the run left behind, checked.
+struct Outcome {
+    timings: Vec<crate::timings::Timing>,
+    duplicates: usize,
+    violations: usize,
+    lost: usize,
+}
+
+async fn collect(system: &System, kind: SystemKind, expected: &Expected) -> anyhow::Result<Outcome> {
+    let downstreams = system.downstreams()?;
+    if kind.is_midflight() {
+        let snapshot = Snapshot::collect(&system.store, &downstreams, COLLECT_TIMEOUT).await?;
+        let report = check(&snapshot, expected);
+        for violation in report.violations.iter().take(5) {
+            println!("  violation: {violation}");
+        }
+        let mut by_saga: BTreeMap<&str, (Option<i64>, u64)> = BTreeMap::new();
+        for t in &snapshot.transitions {
+            let entry = by_saga.entry(t.biz_id.as_str()).or_default();
+            if t.to == Status::Done && t.from != Some(Status::Done) {
+                entry.0 = Some(t.at_ms);
+            }
+            entry.1 += t.call_ms.unwrap_or(0);
+        }
+        let timings = by_saga
+            .into_iter()
+            .filter_map(|(biz_id, (done, call_ms))| {
+                done.map(|done_at_ms| crate::timings::Timing { biz_id: biz_id.to_owned(), done_at_ms, call_ms })
+            })
+            .collect();
+        return Ok(Outcome {
+            timings,
+            duplicates: report.duplicate_effects,
+            violations: report.violations.len(),
+            lost: report.lost,
+        });
+    }
+    let (wms, logistics) = Snapshot::collect_ledgers(&downstreams, COLLECT_TIMEOUT).await?;
+    let duplicates: usize = [&wms, &logistics]
+        .into_iter()
+        .flat_map(|ledger| effects_by_order(ledger).into_values())
+        .map(|count| count.saturating_sub(1))
+        .sum();
+    let timings = crate::timings::read_dir(&system.dir.join("timings"))?;
+    let finished: std::collections::HashSet<&str> = timings.iter().map(|t| t.biz_id.as_str()).collect();
+    let lost = expected.orders.iter().filter(|id| !finished.contains(id.as_str())).count();
+    Ok(Outcome { timings, duplicates, violations: duplicates, lost })
+}
+
+/// End-to-end and added latencies, with when each message finished.
+#[derive(Debug, Default)]
+struct Latencies {
+    /// (seconds after loading started when it finished, end to end ms)
+    e2e: Vec<(f64, i64)>,
+    added: Vec<i64>,
+    call_ms_sum: i64,
+}
+
+impl Latencies {
+    fn push(&mut self, done_at_ms: i64, e2e_ms: i64, call_ms: i64, started_ms: i64) {
+        self.e2e.push(((done_at_ms - started_ms) as f64 / 1_000.0, e2e_ms));
+        self.added.push(e2e_ms - call_ms);
+        self.call_ms_sum += call_ms;
+    }
+
+    fn sorted_e2e(&self) -> Vec<i64> {
+        let mut values: Vec<i64> = self.e2e.iter().map(|(_, v)| *v).collect();
+        values.sort_unstable();
+        values
+    }
+
+    fn sorted_added(&self) -> Vec<i64> {
+        let mut values = self.added.clone();
+        values.sort_unstable();
+        values
+    }
+
+    /// The samples, each with the latency percentiles of the messages finished in its second.
+    fn series(&self, samples: &[Sample]) -> Vec<Sample> {
+        let mut by_second: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+        for (t_s, e2e) in &self.e2e {
+            by_second.entry(t_s.floor() as i64).or_default().push(*e2e);
+        }
+        samples
+            .iter()
+            .map(|sample| {
+                let mut sample = sample.clone();
+                if let Some(values) = by_second.get_mut(&(sample.t_s.floor() as i64 - 1)) {
+                    values.sort_unstable();
+                    sample.p50_ms = percentile(values, 0.50);
+                    sample.p99_ms = percentile(values, 0.99);
+                }
+                sample
+            })
+            .collect()
+    }
+}
+
+/// The `q` quantile of sorted `values` (nearest rank).
+pub fn percentile(values: &[i64], q: f64) -> Option<i64> {
+    if values.is_empty() {
+        return None;
+    }
+    let rank = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len());
+    Some(values[rank - 1])
+}
+
+/// The 1-minute load average, as the report notes it with every number.
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| text.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(0.0)
+}
