@@ -273,6 +273,11 @@ impl TelemetrySection {
         {
             problems.push(format!("{at}.metrics_listen must be host:port with an IP address, got {listen:?}"));
         }
+        if let Some(endpoint) = &self.otlp_endpoint
+            && !(endpoint.starts_with("http://") || endpoint.starts_with("https://"))
+        {
+            problems.push(format!("{at}.otlp_endpoint must start with http:// or https://, got {endpoint:?}"));
+        }
         problems
     }
 }

@@ -26,6 +26,13 @@ macro_rules! counters {
                 Snapshot { $($name: self.$name.load(Ordering::Relaxed),)* }
             }
         }
+
+        impl Snapshot {
+            /// Every counter with its field name, in declaration order: what the metrics export.
+            pub fn fields(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($name), self.$name),)*]
+            }
+        }
     };
 }
 

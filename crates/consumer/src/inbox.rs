@@ -45,9 +45,16 @@ impl Incoming {
             offset: message.offset(),
             key: message.key().map(<[u8]>::to_vec),
             payload: message.payload().unwrap_or_default().to_vec(),
-            traceparent: message.headers().and_then(|headers| {
-                headers.iter().find(|h| h.key == TRACEPARENT_HEADER).and_then(|h| trace_context(h.value?))
-            }),
+            // The row keeps the receive span's context (a child of the producer's), so the
+            // saga's spans hang under this delivery in the message's trace.
+            traceparent: crate::telemetry::received(
+                message.topic(),
+                message.partition(),
+                message.offset(),
+                message.headers().and_then(|headers| {
+                    headers.iter().find(|h| h.key == TRACEPARENT_HEADER).and_then(|h| trace_context(h.value?))
+                }),
+            ),
         }
     }
 

@@ -215,6 +215,10 @@ impl ClientContext for Context {
     fn error(&self, error: KafkaError, reason: &str) {
         self.logging.error(error, reason);
     }
+
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        crate::telemetry::statistics(&statistics);
+    }
 }
 
 impl ConsumerContext for Context {
@@ -257,6 +261,8 @@ pub(crate) fn consumer(section: &KafkaSection, owner: &str, context: Context) ->
     if let Some(instance_id) = &section.group_instance_id {
         config.set("group.instance.id", instance_id);
     }
+    // Consumer lag for the metrics; `kafka.properties` may change the interval (0 turns it off).
+    config.set("statistics.interval.ms", crate::telemetry::STATISTICS_INTERVAL_MS.to_string());
     for (key, value) in &section.properties {
         config.set(key, value);
     }

@@ -30,6 +30,7 @@ mod kafka;
 mod pipeline;
 mod relay;
 mod scheduler;
+pub mod telemetry;
 
 use std::sync::Arc;
 
@@ -79,6 +80,8 @@ pub async fn run_with<D: Downstream>(
     let producer = kafka::producer(&config.kafka, &owner, config.consumer.delivery_timeout_ms)?;
     consumer.subscribe(&[config.kafka.order_topic.as_str()]).map_err(Error::kafka("subscribe"))?;
     tracing::info!(owner, topic = %config.kafka.order_topic, group = %config.kafka.group_id, "consumer started");
+    telemetry::observe(&counters);
+    midflight_service::readiness().set_ready(true);
 
     // Stops the drivers (before their next call) and the relay; cancelled by the shutdown path.
     let stop = CancellationToken::new();

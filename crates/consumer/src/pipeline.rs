@@ -129,6 +129,7 @@ impl<D: Downstream> Pipeline<D> {
         self.commit(&inbox::next_offsets(&batch));
         Counters::add(&self.counters.batches, 1);
         Counters::add(&self.counters.parked, durable.parked.len() as u64);
+        crate::telemetry::arrived(Status::Parked, durable.parked.len());
         Counters::add(&self.counters.duplicates_in_flight, durable.duplicates);
         self.schedule(durable);
         Ok(())
@@ -214,6 +215,7 @@ impl<D: Downstream> Pipeline<D> {
             match arrival {
                 Arrival::Fresh(saga) => {
                     Counters::add(&self.counters.fresh, 1);
+                    crate::telemetry::arrived(Status::Received, 1);
                     tracing::debug!(biz_id = %saga.biz_id, topic = %saga.source.topic, partition = saga.source.partition,
                         offset = saga.source.offset, "saga received");
                     let (biz_id, order_no) = (saga.biz_id.clone(), saga.order_no.clone());

@@ -60,6 +60,15 @@ async fn dispatch(store: &Store, config: &RecoveryConfig, out: Out, command: Com
             close_ticket(store, out, &key, &step, &operator, &note).await
         }
         Command::Reconcile => reconcile(store, config, out).await,
+        Command::Migrate => {
+            store.migrate().await.context("cannot apply the migrations")?;
+            if out.json {
+                out.json(&serde_json::json!({ "migrated": true }))?;
+            } else {
+                println!("schema up to date");
+            }
+            Ok(Done::Ok)
+        }
     }
 }
 

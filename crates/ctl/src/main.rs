@@ -107,6 +107,9 @@ enum Command {
     },
     /// Compare the downstream ledgers with the table once and open tickets for mismatches.
     Reconcile,
+    /// Apply the schema migrations the database lacks, then exit: the deploy job that owns the
+    /// schema, run before the services start (which then need no `migrate_on_start`).
+    Migrate,
 }
 
 /// What every write names: the version looked at, who, and why.

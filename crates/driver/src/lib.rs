@@ -12,12 +12,14 @@
 
 mod downstream;
 mod settings;
+pub mod telemetry;
 
 use std::time::{Duration, Instant};
 
 use midflight_model::{Call, Observation, Plan, Rules, Saga, Status, plan};
 use midflight_store::{Cas, Store};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 pub use downstream::Downstream;
 pub use settings::DriverSettings;
@@ -103,16 +105,29 @@ impl<D: Downstream> Driver<D> {
         match self.store.claim(biz_id, &self.owner, self.settings.lease_ms, &self.actor).await {
             Ok(Cas::Applied(saga)) => {
                 tracing::info!(biz_id, status = %saga.status, epoch = saga.lease.epoch, "saga taken over");
+                telemetry::takeover(&self.actor);
                 Some(self.drive(saga, started).await)
             }
-            Ok(Cas::Conflict) => None,
+            Ok(Cas::Conflict) => {
+                telemetry::conflict(&self.actor, "claim");
+                None
+            }
             Err(error) => Some(Outcome::Failed(error)),
         }
     }
 
     /// Drives a saga the caller holds (fresh from the inbox or just claimed) until it finishes,
     /// is lost, handed off or stopped. `leased_at` is when the write that gave the lease was sent.
+    /// The drive is one `saga.drive` span in the trace stored on the row.
     pub async fn drive(&self, saga: Saga, leased_at: Instant) -> Outcome {
+        let span = telemetry::drive_span(&saga, &self.actor);
+        let running = telemetry::Running::start(&self.actor);
+        let outcome = self.drive_held(saga, leased_at).instrument(span.clone()).await;
+        running.ended(&outcome, &span);
+        outcome
+    }
+
+    async fn drive_held(&self, saga: Saga, leased_at: Instant) -> Outcome {
         let lease_valid_until = leased_at + self.settings.lease();
         let mut held = Held { saga, lease_valid_until };
         match self.run(&mut held).await {
@@ -136,14 +151,17 @@ impl<D: Downstream> Driver<D> {
             match plan(&held.saga, &observation, now_ms, &self.rules) {
                 Plan::Finished => return Ok(Outcome::Finished(held.saga.status)),
                 Plan::Write { change, then } => {
+                    let step = telemetry::StepTrace::start(&held.saga, &change);
                     let sent = Instant::now();
                     let before = held.saga.status;
                     match self.store.write(&held.saga, &change, now_ms, self.settings.lease_ms, &self.actor).await? {
                         Cas::Conflict => {
+                            step.conflict(&self.actor);
                             tracing::info!(biz_id = %held.saga.biz_id, status = %before, "lost the saga to another owner; stopping");
                             return Ok(Outcome::Lost);
                         }
                         Cas::Applied(next) => {
+                            step.applied(&held.saga, &change);
                             log_write(&held.saga, &next, &change.reason);
                             held.saga = next;
                             held.lease_valid_until = sent + self.settings.lease();
@@ -194,13 +212,18 @@ impl<D: Downstream> Driver<D> {
                     held.lease_valid_until = sent + self.settings.lease();
                 }
                 Cas::Conflict => {
+                    telemetry::conflict(&self.actor, "renew");
                     tracing::info!(biz_id = %held.saga.biz_id, "lease lost before the call; not sending");
                     return Ok(None);
                 }
             }
         }
         let started = Instant::now();
-        let observation = self.downstream.call(call, &held.saga, self.settings.rpc_timeout()).await;
+        let rpc = telemetry::rpc_span(call, &held.saga);
+        let carried = telemetry::carried(&held.saga, &rpc);
+        let observation =
+            self.downstream.call(call, &carried, self.settings.rpc_timeout()).instrument(rpc.clone()).await;
+        telemetry::called(call, &observation, started.elapsed(), &rpc);
         tracing::debug!(
             biz_id = %held.saga.biz_id,
             call = call.name(),

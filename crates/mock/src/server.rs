@@ -19,6 +19,11 @@ use tower::limit::GlobalConcurrencyLimitLayer;
 use crate::Error;
 use crate::auth::BearerAuthLayer;
 
+/// Serving starts once the listener is bound and the routes are built: the mock is ready then.
+fn ready(ready: bool) {
+    midflight_service::readiness().set_ready(ready);
+}
+
 /// Serves `routes` on `listener` until `shutdown` completes, then drains calls in flight.
 ///
 /// `service_names` are the fully qualified names of the services in `routes` (e.g. `wms.v1.Wms`);
@@ -39,13 +44,18 @@ pub async fn serve(
     // adds tens of milliseconds to calls that should take one.
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     tracing::info!(%local_addr, services = ?service_names, auth = section.bearer_token.is_some(), "serving");
-    Server::builder()
+    ready(true);
+    // Tracing first, so a call refused by the token check or the limit still shows in its trace.
+    let served = Server::builder()
         .timeout(Duration::from_millis(section.request_timeout_ms))
+        .layer(midflight_service::grpc::ServerTraceLayer)
         .layer(BearerAuthLayer::new(section.bearer_token.as_deref()))
         .layer(GlobalConcurrencyLimitLayer::new(section.concurrency_limit))
         .add_routes(routes.add_service(health))
         .serve_with_incoming_shutdown(incoming, shutdown)
-        .await?;
+        .await;
+    ready(false);
+    served?;
     tracing::info!(%local_addr, "stopped");
     Ok(())
 }

@@ -17,6 +17,7 @@
 mod config;
 mod ledger;
 pub mod reconcile;
+pub mod telemetry;
 mod worker;
 
 use midflight_api::client::Downstreams;
@@ -61,10 +62,18 @@ pub async fn run(config: RecoveryConfig, shutdown: CancellationToken) -> Result<
     );
     let actor = format!("recovery:{}", worker.owner());
     let reconciler = Reconciler::new(store.clone(), downstreams, config.reconcile.clone(), actor);
+    telemetry::observe(&worker.stats());
+    // The table is sampled only for someone who reads metrics: off by default, it costs no query.
+    let metrics_on = config.telemetry.metrics_listen.is_some() || config.telemetry.otlp_endpoint.is_some();
+    let sampler = metrics_on.then(|| tokio::spawn(telemetry::sample_periodically(store.clone(), shutdown.clone())));
     let periodic = tokio::spawn(reconcile_periodically(reconciler, config.recovery.reconcile_interval_ms, shutdown));
+    midflight_service::readiness().set_ready(true);
     worker.run().await;
     // The reconciler stops at the same signal; a pass cut short only leaves tickets unopened.
     periodic.await.ok();
+    if let Some(sampler) = sampler {
+        sampler.await.ok();
+    }
     store.close().await?;
     Ok(())
 }
@@ -82,11 +91,13 @@ async fn reconcile_periodically(reconciler: Reconciler, interval_ms: u64, shutdo
             _ = shutdown.cancelled() => return,
         }
         tokio::select! {
-            result = reconciler.run_once() => {
-                if let Err(error) = result {
+            result = reconciler.run_once() => match result {
+                Ok(report) => telemetry::reconciled(&report),
+                Err(error) => {
+                    telemetry::reconcile_failed();
                     tracing::warn!(%error, "reconciliation failed; trying again at the next interval");
                 }
-            }
+            },
             _ = shutdown.cancelled() => return,
         }
     }

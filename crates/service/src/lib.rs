@@ -12,7 +12,12 @@
 //! }
 //! ```
 
+mod endpoint;
+pub mod grpc;
+mod health;
+pub mod metrics;
 mod telemetry;
+pub mod trace;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -23,7 +28,9 @@ pub use midflight_config::Config;
 use midflight_config::Sources;
 use tokio_util::sync::CancellationToken;
 
-pub use telemetry::{Telemetry, init_telemetry};
+pub use endpoint::Endpoint;
+pub use health::{Readiness, readiness};
+pub use telemetry::{Telemetry, init_telemetry, init_telemetry_with_exporter};
 
 /// A service's configuration: loadable by the one loader, and carrying a telemetry section.
 pub trait ServiceConfig: Config {
@@ -84,7 +91,7 @@ where
         }
     };
     runtime.block_on(async move {
-        let _telemetry = match init_telemetry(service, config.telemetry()) {
+        let telemetry = match init_telemetry(service, config.telemetry()) {
             Ok(guard) => guard,
             Err(error) => {
                 eprintln!("{service}: {error}");
@@ -92,8 +99,15 @@ where
             }
         };
         let shutdown = shutdown_on_signals();
+        // Not ready from the first signal on, so an orchestrator stops counting on the process
+        // while it drains; the service itself says when it became ready.
+        let draining = shutdown.clone();
+        tokio::spawn(async move {
+            draining.cancelled().await;
+            readiness().set_ready(false);
+        });
         tracing::info!(service, "starting");
-        match run(config, shutdown).await {
+        let code = match run(config, shutdown).await {
             Ok(()) => {
                 tracing::info!(service, "stopped");
                 ExitCode::SUCCESS
@@ -103,7 +117,10 @@ where
                 eprintln!("{service}: {error}");
                 ExitCode::FAILURE
             }
-        }
+        };
+        readiness().set_ready(false);
+        telemetry.shutdown().await;
+        code
     })
 }
 

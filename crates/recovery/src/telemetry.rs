@@ -1,0 +1,154 @@
+//! What the recovery service tells the outside world besides its logs and the driver's spans:
+//! the worker's [`Stats`] as metrics (one field, one metric), the reconciler's findings, and a
+//! periodic sample of the saga table (rows and oldest untouched row per status, open tickets).
+//!
+//! The table is sampled here because the recovery worker is the one service that already reads
+//! the whole table's state; with several workers each samples, and a dashboard takes the max.
+
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::Duration;
+
+use midflight_model::Status;
+use midflight_service::metrics::{self, Kind, instruments};
+use midflight_store::Store;
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::ObservableCounter;
+use tokio_util::sync::CancellationToken;
+
+use crate::reconcile::Report;
+use crate::worker::{Stats, StatsSnapshot};
+
+/// How often the table is sampled. One grouped count over the status index per interval; 15 s
+/// matches Prometheus's default scrape interval, so every scrape sees a fresh sample.
+pub const TABLE_SAMPLE_INTERVAL: Duration = Duration::from_secs(15);
+
+/// The live workers of the process, whose stats the observers sum.
+static WORKERS: Mutex<Vec<Weak<Stats>>> = Mutex::new(Vec::new());
+
+/// The Prometheus families the recovery service's own observers export (besides the catalogue's).
+pub fn metric_names() -> Vec<String> {
+    fields(&StatsSnapshot::default())
+        .into_iter()
+        .map(|(field, _)| metrics::prometheus_family(&stat_name(&field), Kind::Counter))
+        .collect()
+}
+
+/// Exports `stats` (summed with every other live worker of the process) as metrics.
+pub(crate) fn observe(stats: &Arc<Stats>) {
+    lock(&WORKERS).push(Arc::downgrade(stats));
+    observers();
+}
+
+/// Samples the table once: rows per status, the oldest untouched non-terminal row of each
+/// status, open tickets.
+pub async fn sample_table(store: &Store) -> Result<(), midflight_store::Error> {
+    let summary = store.status_summary().await?;
+    let tickets = store.open_ticket_count().await?;
+    let now_ms = store.now_ms().await?;
+    let instruments = instruments();
+    for status in Status::ALL {
+        let found = summary.iter().find(|(s, _, _)| *s == status);
+        let attributes = [KeyValue::new("status", status.as_str())];
+        instruments.sagas.record(found.map_or(0, |(_, count, _)| *count), &attributes);
+        if !status.is_terminal() {
+            let age_ms = found.map_or(0, |(_, _, oldest_ms)| now_ms.saturating_sub(*oldest_ms).max(0));
+            instruments.oldest_age.record(age_ms as f64 / 1_000.0, &attributes);
+        }
+    }
+    instruments.tickets_open.record(tickets, &[]);
+    Ok(())
+}
+
+/// Samples the table every [`TABLE_SAMPLE_INTERVAL`] until `shutdown`.
+pub(crate) async fn sample_periodically(store: Store, shutdown: CancellationToken) {
+    loop {
+        if let Err(error) = sample_table(&store).await {
+            tracing::warn!(%error, "saga table sample failed; trying again at the next interval");
+        }
+        tokio::select! {
+            () = tokio::time::sleep(TABLE_SAMPLE_INTERVAL) => {}
+            () = shutdown.cancelled() => return,
+        }
+    }
+}
+
+/// Counts a finished reconciliation's findings by kind.
+pub(crate) fn reconciled(report: &Report) {
+    let instruments = instruments();
+    instruments.reconciler_runs.add(1, &[KeyValue::new("result", "ok")]);
+    for (kind, count) in [
+        ("orphan", report.orphans),
+        ("double_effect", report.double_effects),
+        ("missing_effect", report.missing_effects),
+        ("effect_after_rollback", report.effects_after_rollback),
+    ] {
+        // Zero is added too, so every kind has a series from the first pass on.
+        instruments.reconciler_findings.add(count, &[KeyValue::new("kind", kind)]);
+    }
+}
+
+/// Counts a reconciliation that could not complete.
+pub(crate) fn reconcile_failed() {
+    instruments().reconciler_runs.add(1, &[KeyValue::new("result", "error")]);
+}
+
+fn stat_name(field: &str) -> String {
+    format!("midflight.recovery.{field}")
+}
+
+/// The snapshot's fields by name, from its serialised form, so a new field is exported without
+/// a second list to keep in step.
+fn fields(snapshot: &StatsSnapshot) -> Vec<(String, u64)> {
+    match serde_json::to_value(snapshot) {
+        Ok(serde_json::Value::Object(map)) => {
+            map.into_iter().filter_map(|(name, value)| value.as_u64().map(|v| (name, v))).collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The observers, registered once per process and kept so they stay registered.
+fn observers() -> &'static Vec<ObservableCounter<u64>> {
+    static OBSERVERS: OnceLock<Vec<ObservableCounter<u64>>> = OnceLock::new();
+    OBSERVERS.get_or_init(|| {
+        let meter = metrics::meter();
+        fields(&StatsSnapshot::default())
+            .into_iter()
+            .map(|(field, _)| {
+                let name = field.clone();
+                meter
+                    .u64_observable_counter(stat_name(&field))
+                    .with_callback(move |o| o.observe(sum(&name), &[]))
+                    .build()
+            })
+            .collect()
+    })
+}
+
+/// `field` summed over the process's live workers.
+fn sum(field: &str) -> u64 {
+    let mut workers = lock(&WORKERS);
+    workers.retain(|weak| weak.strong_count() > 0);
+    workers
+        .iter()
+        .filter_map(Weak::upgrade)
+        .map(|stats| fields(&stats.snapshot()).into_iter().find(|(name, _)| name == field).map_or(0, |(_, v)| v))
+        .sum()
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Plain data behind the lock: usable after a panic elsewhere.
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_stat_becomes_a_counter() {
+        let names = metric_names();
+        assert!(names.contains(&"midflight_recovery_claimed_total".to_owned()), "{names:?}");
+        assert_eq!(names.len(), fields(&StatsSnapshot::default()).len());
+    }
+}

@@ -1,0 +1,274 @@
+//! The metrics midflight's services export: one catalogue of names (OpenTelemetry semantic
+//! conventions where one exists, `midflight.*` otherwise), the name each gets in the Prometheus
+//! exposition, and the instruments the libraries record into.
+//!
+//! The catalogue is what the dashboard and the alerting rules may name; a test scrapes a real
+//! run and finds every entry, and the deploy check refuses a dashboard query naming anything
+//! else. Counters a crate derives from its own counter structs (the consumer's `Counters`, the
+//! recovery worker's `Stats`) are listed by those crates, from the same fields they export.
+//!
+//! Instruments come from the global meter provider the first time [`instruments`] is called, so
+//! [`crate::init_telemetry`] must run before the service records anything (binaries do this in
+//! `midflight_service::main`). Until a provider is installed the global one is a no-op, and so is
+//! every instrument: with metrics off, recording costs a virtual call and nothing else.
+
+use std::sync::OnceLock;
+
+use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter, UpDownCounter};
+
+/// The instrumentation scope of every midflight instrument.
+pub const METER: &str = "midflight";
+
+/// Histogram boundaries for latencies, in seconds. The user's P99s (WMS 180 ms, logistics
+/// 320 ms) are edges, so a quantile near them is read without interpolating across a wide bucket.
+pub const DURATION_BUCKETS_S: [f64; 16] =
+    [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.18, 0.25, 0.32, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0];
+
+/// What kind of series an entry produces in the Prometheus exposition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A monotonic counter: `<family>` ends in `_total`.
+    Counter,
+    /// A value that goes up and down.
+    Gauge,
+    /// `<family>_bucket`, `<family>_sum` and `<family>_count`.
+    Histogram,
+}
+
+/// One metric of the catalogue.
+#[derive(Debug, Clone, Copy)]
+pub struct Spec {
+    /// The OpenTelemetry instrument name (what OTLP carries).
+    pub name: &'static str,
+    /// The metric family as the Prometheus endpoint exposes it.
+    pub prometheus: &'static str,
+    pub kind: Kind,
+    /// Attribute keys it is recorded with.
+    pub attributes: &'static [&'static str],
+    pub help: &'static str,
+}
+
+pub const SAGA_TRANSITIONS: Spec = Spec {
+    name: "midflight.saga.transitions",
+    prometheus: "midflight_saga_transitions_total",
+    kind: Kind::Counter,
+    attributes: &["from", "to"],
+    help: "Status transitions written, one per transition-log row (from is NONE for an arrival).",
+};
+pub const SAGA_TAKEOVERS: Spec = Spec {
+    name: "midflight.saga.takeovers",
+    prometheus: "midflight_saga_takeovers_total",
+    kind: Kind::Counter,
+    attributes: &["actor"],
+    help: "Sagas claimed after their owner's lease expired (the epoch was bumped).",
+};
+pub const SAGA_CAS_CONFLICTS: Spec = Spec {
+    name: "midflight.saga.cas_conflicts",
+    prometheus: "midflight_saga_cas_conflicts_total",
+    kind: Kind::Counter,
+    attributes: &["actor", "operation"],
+    help: "Compare-and-set writes that matched no row: someone else owns the saga (write, renew) or won it (claim).",
+};
+pub const SAGA_STEP_DURATION: Spec = Spec {
+    name: "midflight.saga.step.duration",
+    prometheus: "midflight_saga_step_duration_seconds",
+    kind: Kind::Histogram,
+    attributes: &["status", "result"],
+    help: "One saga step: the CAS write of a planned change and the downstream call it names.",
+};
+pub const RPC_CLIENT_DURATION: Spec = Spec {
+    name: "rpc.client.duration",
+    prometheus: "rpc_client_duration_seconds",
+    kind: Kind::Histogram,
+    attributes: &["rpc.system", "rpc.service", "rpc.method", "answer"],
+    help: "Downstream calls made by the saga driver, by the answer they got.",
+};
+pub const RPC_SERVER_DURATION: Spec = Spec {
+    name: "rpc.server.duration",
+    prometheus: "rpc_server_duration_seconds",
+    kind: Kind::Histogram,
+    attributes: &["rpc.system", "rpc.service", "rpc.method"],
+    help: "Calls served by a mock downstream.",
+};
+pub const DOWNSTREAM_QUERIES: Spec = Spec {
+    name: "midflight.downstream.queries",
+    prometheus: "midflight_downstream_queries_total",
+    kind: Kind::Counter,
+    attributes: &["rpc.method", "answer"],
+    help: "Queries by our request id after an unknown outcome, by what the downstream said.",
+};
+pub const SAGA_COMPENSATIONS: Spec = Spec {
+    name: "midflight.saga.compensations",
+    prometheus: "midflight_saga_compensations_total",
+    kind: Kind::Counter,
+    attributes: &["step"],
+    help: "Compensations started: transitions into WMS_REVERSING or LOGISTICS_CANCELLING.",
+};
+pub const SAGA_DRIVES: Spec = Spec {
+    name: "midflight.saga.drives",
+    prometheus: "midflight_saga_drives_total",
+    kind: Kind::Counter,
+    attributes: &["actor", "outcome"],
+    help: "Drives of a saga by the shared driver, by how they ended.",
+};
+pub const SAGAS_IN_FLIGHT: Spec = Spec {
+    name: "midflight.sagas.in_flight",
+    prometheus: "midflight_sagas_in_flight",
+    kind: Kind::Gauge,
+    attributes: &["actor"],
+    help: "Sagas this process is driving right now.",
+};
+pub const SAGAS: Spec = Spec {
+    name: "midflight.sagas",
+    prometheus: "midflight_sagas",
+    kind: Kind::Gauge,
+    attributes: &["status"],
+    help: "Saga rows per status in the table (sampled by the recovery worker).",
+};
+pub const SAGA_OLDEST_AGE: Spec = Spec {
+    name: "midflight.saga.oldest_age",
+    prometheus: "midflight_saga_oldest_age_seconds",
+    kind: Kind::Gauge,
+    attributes: &["status"],
+    help: "Time since the least recently updated non-terminal saga of each status changed (sampled by the recovery worker).",
+};
+pub const TICKETS_OPEN: Spec = Spec {
+    name: "midflight.tickets.open",
+    prometheus: "midflight_tickets_open",
+    kind: Kind::Gauge,
+    attributes: &[],
+    help: "Manual-review tickets waiting for a person (sampled by the recovery worker).",
+};
+pub const RECONCILER_FINDINGS: Spec = Spec {
+    name: "midflight.reconciler.findings",
+    prometheus: "midflight_reconciler_findings_total",
+    kind: Kind::Counter,
+    attributes: &["kind"],
+    help: "Mismatches between a downstream ledger and the saga table, by kind.",
+};
+pub const RECONCILER_RUNS: Spec = Spec {
+    name: "midflight.reconciler.runs",
+    prometheus: "midflight_reconciler_runs_total",
+    kind: Kind::Counter,
+    attributes: &["result"],
+    help: "Reconciliation passes, by whether they completed.",
+};
+pub const CONSUMER_LAG: Spec = Spec {
+    name: "midflight.consumer.lag",
+    prometheus: "midflight_consumer_lag",
+    kind: Kind::Gauge,
+    attributes: &["topic", "partition"],
+    help: "Messages between a partition's end and this consumer's committed offset (librdkafka statistics).",
+};
+
+/// Every metric recorded through [`instruments`] or named by the services' own observers.
+pub const CATALOGUE: [Spec; 16] = [
+    SAGA_TRANSITIONS,
+    SAGA_TAKEOVERS,
+    SAGA_CAS_CONFLICTS,
+    SAGA_STEP_DURATION,
+    RPC_CLIENT_DURATION,
+    RPC_SERVER_DURATION,
+    DOWNSTREAM_QUERIES,
+    SAGA_COMPENSATIONS,
+    SAGA_DRIVES,
+    SAGAS_IN_FLIGHT,
+    SAGAS,
+    SAGA_OLDEST_AGE,
+    TICKETS_OPEN,
+    RECONCILER_FINDINGS,
+    RECONCILER_RUNS,
+    CONSUMER_LAG,
+];
+
+/// The instruments of the catalogue that are recorded synchronously.
+#[derive(Debug)]
+pub struct Instruments {
+    pub transitions: Counter<u64>,
+    pub takeovers: Counter<u64>,
+    pub cas_conflicts: Counter<u64>,
+    pub step_duration: Histogram<f64>,
+    pub rpc_client_duration: Histogram<f64>,
+    pub rpc_server_duration: Histogram<f64>,
+    pub queries: Counter<u64>,
+    pub compensations: Counter<u64>,
+    pub drives: Counter<u64>,
+    pub in_flight: UpDownCounter<i64>,
+    pub sagas: Gauge<u64>,
+    pub oldest_age: Gauge<f64>,
+    pub tickets_open: Gauge<u64>,
+    pub reconciler_findings: Counter<u64>,
+    pub reconciler_runs: Counter<u64>,
+}
+
+/// The meter every midflight instrument belongs to (observers register on it too).
+pub fn meter() -> Meter {
+    opentelemetry::global::meter(METER)
+}
+
+/// The process's instruments, created from the global meter provider on first use.
+pub fn instruments() -> &'static Instruments {
+    static INSTRUMENTS: OnceLock<Instruments> = OnceLock::new();
+    INSTRUMENTS.get_or_init(|| {
+        let meter = meter();
+        let counter = |spec: Spec| meter.u64_counter(spec.name).with_description(spec.help).build();
+        let seconds = |spec: Spec| {
+            meter
+                .f64_histogram(spec.name)
+                .with_description(spec.help)
+                .with_unit("s")
+                .with_boundaries(DURATION_BUCKETS_S.to_vec())
+                .build()
+        };
+        Instruments {
+            transitions: counter(SAGA_TRANSITIONS),
+            takeovers: counter(SAGA_TAKEOVERS),
+            cas_conflicts: counter(SAGA_CAS_CONFLICTS),
+            step_duration: seconds(SAGA_STEP_DURATION),
+            rpc_client_duration: seconds(RPC_CLIENT_DURATION),
+            rpc_server_duration: seconds(RPC_SERVER_DURATION),
+            queries: counter(DOWNSTREAM_QUERIES),
+            compensations: counter(SAGA_COMPENSATIONS),
+            drives: counter(SAGA_DRIVES),
+            in_flight: meter.i64_up_down_counter(SAGAS_IN_FLIGHT.name).with_description(SAGAS_IN_FLIGHT.help).build(),
+            sagas: meter.u64_gauge(SAGAS.name).with_description(SAGAS.help).build(),
+            oldest_age: meter
+                .f64_gauge(SAGA_OLDEST_AGE.name)
+                .with_description(SAGA_OLDEST_AGE.help)
+                .with_unit("s")
+                .build(),
+            tickets_open: meter.u64_gauge(TICKETS_OPEN.name).with_description(TICKETS_OPEN.help).build(),
+            reconciler_findings: counter(RECONCILER_FINDINGS),
+            reconciler_runs: counter(RECONCILER_RUNS),
+        }
+    })
+}
+
+/// The Prometheus family of an OpenTelemetry instrument name, as the exporter derives it
+/// (dots become underscores; counters get `_total`), for metrics named at run time.
+pub fn prometheus_family(name: &str, kind: Kind) -> String {
+    let base = name.replace('.', "_");
+    match kind {
+        Kind::Counter => format!("{base}_total"),
+        Kind::Gauge | Kind::Histogram => base,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalogue_names_are_unique_and_families_follow_the_exporters_rule() {
+        let mut names: Vec<&str> = CATALOGUE.iter().map(|spec| spec.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), CATALOGUE.len());
+        for spec in CATALOGUE {
+            let derived = prometheus_family(spec.name, spec.kind);
+            // Histograms and the age gauge carry a unit of seconds, which the exporter appends.
+            let expected = if spec.prometheus.ends_with("_seconds") { format!("{derived}_seconds") } else { derived };
+            assert_eq!(spec.prometheus, expected, "{}", spec.name);
+        }
+    }
+}
