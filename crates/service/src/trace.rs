@@ -79,7 +79,9 @@ mod tests {
     #[test]
     fn trace_ids_are_read_from_valid_contexts_only() {
         assert_eq!(trace_id(SAMPLE).as_deref(), Some("0af7651916cd43dd8448eb211c80319c"));
-        assert_eq!(trace_id("00-ab-cd-01"), None);
+        // An all-zero id is invalid in W3C; so is text that is not a traceparent at all.
+        assert_eq!(trace_id("00-00000000000000000000000000000000-b7ad6b7169203331-01"), None);
+        assert_eq!(trace_id("not a trace context"), None);
         assert_eq!(trace_id(""), None);
     }
 
