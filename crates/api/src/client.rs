@@ -52,6 +52,44 @@ pub enum LedgerKind {
     Tombstone,
 }
 
+impl From<wms::LedgerEntry> for LedgerEntry {
+    fn from(entry: wms::LedgerEntry) -> LedgerEntry {
+        let kind = match entry.kind() {
+            wms::LedgerKind::Lock => LedgerKind::Apply,
+            wms::LedgerKind::Reject => LedgerKind::Reject,
+            wms::LedgerKind::Reverse => LedgerKind::Undo,
+            wms::LedgerKind::Tombstone | wms::LedgerKind::Unspecified => LedgerKind::Tombstone,
+        };
+        LedgerEntry {
+            seq: entry.seq,
+            kind,
+            request_id: entry.request_id,
+            order_no: entry.order_no,
+            effect_id: entry.lock_id,
+            at_ms: entry.at_ms,
+        }
+    }
+}
+
+impl From<lgx::LedgerEntry> for LedgerEntry {
+    fn from(entry: lgx::LedgerEntry) -> LedgerEntry {
+        let kind = match entry.kind() {
+            lgx::LedgerKind::Create => LedgerKind::Apply,
+            lgx::LedgerKind::Reject => LedgerKind::Reject,
+            lgx::LedgerKind::Cancel => LedgerKind::Undo,
+            lgx::LedgerKind::Tombstone | lgx::LedgerKind::Unspecified => LedgerKind::Tombstone,
+        };
+        LedgerEntry {
+            seq: entry.seq,
+            kind,
+            request_id: entry.request_id,
+            order_no: entry.order_no,
+            effect_id: entry.tracking_no,
+            at_ms: entry.at_ms,
+        }
+    }
+}
+
 /// Clients of both downstreams, with a bound on calls in flight to each.
 #[derive(Debug, Clone)]
 pub struct Downstreams {
@@ -199,23 +237,7 @@ impl Downstreams {
         let response = bounded(timeout, self.wms.client.clone().list_ledger(request))
             .await
             .map_err(|status| Error::Call { downstream: "wms", method: "ListLedger", status })?;
-        let entries = response
-            .entries
-            .into_iter()
-            .map(|e| LedgerEntry {
-                seq: e.seq,
-                kind: match e.kind() {
-                    wms::LedgerKind::Lock => LedgerKind::Apply,
-                    wms::LedgerKind::Reject => LedgerKind::Reject,
-                    wms::LedgerKind::Reverse => LedgerKind::Undo,
-                    wms::LedgerKind::Tombstone | wms::LedgerKind::Unspecified => LedgerKind::Tombstone,
-                },
-                request_id: e.request_id,
-                order_no: e.order_no,
-                effect_id: e.lock_id,
-                at_ms: e.at_ms,
-            })
-            .collect();
+        let entries = response.entries.into_iter().map(LedgerEntry::from).collect();
         Ok((entries, response.next_cursor))
     }
 
@@ -230,23 +252,7 @@ impl Downstreams {
         let response = bounded(timeout, self.logistics.client.clone().list_ledger(request))
             .await
             .map_err(|status| Error::Call { downstream: "logistics", method: "ListLedger", status })?;
-        let entries = response
-            .entries
-            .into_iter()
-            .map(|e| LedgerEntry {
-                seq: e.seq,
-                kind: match e.kind() {
-                    lgx::LedgerKind::Create => LedgerKind::Apply,
-                    lgx::LedgerKind::Reject => LedgerKind::Reject,
-                    lgx::LedgerKind::Cancel => LedgerKind::Undo,
-                    lgx::LedgerKind::Tombstone | lgx::LedgerKind::Unspecified => LedgerKind::Tombstone,
-                },
-                request_id: e.request_id,
-                order_no: e.order_no,
-                effect_id: e.tracking_no,
-                at_ms: e.at_ms,
-            })
-            .collect();
+        let entries = response.entries.into_iter().map(LedgerEntry::from).collect();
         Ok((entries, response.next_cursor))
     }
 }
