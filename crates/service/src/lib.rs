@@ -11,6 +11,12 @@
 //!     })
 //! }
 //! ```
+//!
+//! Telemetry lives here too, so every service has the same: [`init_telemetry`] (logs, traces and
+//! metrics from the `telemetry` section), the `/metrics` `/healthz` `/readyz` [`Endpoint`] and the
+//! process's [`Readiness`], [`trace`] (W3C trace context in and out of headers, metadata and the
+//! saga row), [`grpc`] (the traced server layer of the mocks) and [`metrics`] (the catalogue of
+//! names and the instruments).
 
 mod endpoint;
 pub mod grpc;
