@@ -80,6 +80,12 @@ impl KafkaSection {
     }
 }
 
+/// Most sagas one group transaction carries: the store's cap on rows per batch statement.
+pub const GROUP_COMMIT_MAX: usize = 500;
+/// Most group transactions in flight; the store also leaves at least one pooled connection to
+/// everything else (inbox, leases, relay), whatever this says.
+pub const GROUP_COMMIT_CONCURRENCY_MAX: usize = 64;
+
 /// The saga database (MySQL 8 / MariaDB, or SQLite).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -93,6 +99,16 @@ pub struct DatabaseSection {
     pub acquire_timeout_ms: u64,
     /// How long to wait for a new connection to be established.
     pub connect_timeout_ms: u64,
+    /// Saga transitions of up to this many sagas share one transaction (group commit): each
+    /// keeps its own compare-and-set, log rows and fused writes, and one commit (one log flush)
+    /// serves them all. Transitions wait for nothing: a group is whatever queued while the
+    /// previous groups committed, so at low load it is a single transition. 1 turns it off.
+    /// 256 is far above what a commit's wait gathers at the user's peak (4,000 msg/s x 3
+    /// transitions x a few ms) and keeps one group's statements small.
+    pub group_commit_max: usize,
+    /// Group transactions in flight at once, each on one pooled connection. Four overlap the
+    /// next groups' statements with a commit's flush; SQLite (one writer at a time) uses one.
+    pub group_commit_concurrency: usize,
 }
 
 impl Default for DatabaseSection {
@@ -102,6 +118,8 @@ impl Default for DatabaseSection {
             max_connections: 32,
             acquire_timeout_ms: 5_000,
             connect_timeout_ms: 5_000,
+            group_commit_max: 256,
+            group_commit_concurrency: 4,
         }
     }
 }
@@ -117,6 +135,12 @@ impl DatabaseSection {
         }
         if self.acquire_timeout_ms == 0 {
             problems.push(format!("{at}.acquire_timeout_ms must be positive"));
+        }
+        if !(1..=GROUP_COMMIT_MAX).contains(&self.group_commit_max) {
+            problems.push(format!("{at}.group_commit_max must be in 1..={GROUP_COMMIT_MAX}"));
+        }
+        if !(1..=GROUP_COMMIT_CONCURRENCY_MAX).contains(&self.group_commit_concurrency) {
+            problems.push(format!("{at}.group_commit_concurrency must be in 1..={GROUP_COMMIT_CONCURRENCY_MAX}"));
         }
         problems
     }

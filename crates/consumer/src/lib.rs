@@ -85,6 +85,8 @@ pub async fn run_with<D: Downstream>(
 
     // Stops the drivers (before their next call) and the relay; cancelled by the shutdown path.
     let stop = CancellationToken::new();
+    // Kept to report what the store wrote, once everything else has stopped.
+    let written = store.clone();
     let driver = Driver::new(
         store.clone(),
         downstream,
@@ -133,7 +135,14 @@ pub async fn run_with<D: Downstream>(
             tracing::warn!(owner, "outbox relay did not stop in time; its claims expire");
         }
     }
-    tracing::info!(owner, "consumer stopped");
+    let stats = written.stats();
+    tracing::info!(
+        owner,
+        write_txns = stats.write_txns,
+        transitions = stats.transitions,
+        write_batches = stats.batches,
+        "consumer stopped"
+    );
     result
 }
 

@@ -57,10 +57,12 @@ pub struct Driver<D> {
     shutdown: CancellationToken,
 }
 
-/// Per-drive state: the row as last written, and how long our lease surely lasts.
+/// Per-drive state: the row as last written, how long our lease surely lasts, and the time
+/// spent in downstream calls since the last write (the next write records it in the log).
 struct Held {
     saga: Saga,
     lease_valid_until: Instant,
+    call_ms: Option<u64>,
 }
 
 impl<D: Downstream> Driver<D> {
@@ -129,7 +131,7 @@ impl<D: Downstream> Driver<D> {
 
     async fn drive_held(&self, saga: Saga, leased_at: Instant) -> Outcome {
         let lease_valid_until = leased_at + self.settings.lease();
-        let mut held = Held { saga, lease_valid_until };
+        let mut held = Held { saga, lease_valid_until, call_ms: None };
         match self.run(&mut held).await {
             Ok(outcome) => outcome,
             Err(error) => {
@@ -154,7 +156,12 @@ impl<D: Downstream> Driver<D> {
                     let step = telemetry::StepTrace::start(&held.saga, &change);
                     let sent = Instant::now();
                     let before = held.saga.status;
-                    match self.store.write(&held.saga, &change, now_ms, self.settings.lease_ms, &self.actor).await? {
+                    let call_ms = held.call_ms.take();
+                    match self
+                        .store
+                        .write_timed(&held.saga, &change, now_ms, self.settings.lease_ms, &self.actor, call_ms)
+                        .await?
+                    {
                         Cas::Conflict => {
                             step.conflict(&self.actor);
                             tracing::info!(biz_id = %held.saga.biz_id, status = %before, "lost the saga to another owner; stopping");
@@ -224,11 +231,13 @@ impl<D: Downstream> Driver<D> {
         let observation =
             self.downstream.call(call, &carried, self.settings.rpc_timeout()).instrument(rpc.clone()).await;
         telemetry::called(call, &observation, started.elapsed(), &rpc);
+        let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        held.call_ms = Some(held.call_ms.unwrap_or(0).saturating_add(elapsed_ms));
         tracing::debug!(
             biz_id = %held.saga.biz_id,
             call = call.name(),
             answer = %observation.label(),
-            elapsed_ms = started.elapsed().as_millis() as u64,
+            elapsed_ms,
             "downstream answered"
         );
         Ok(Some(observation))

@@ -60,6 +60,8 @@ pub mod saga_transition {
         pub actor: String,
         pub reason: String,
         pub at_ms: i64,
+        /// Duration of the downstream call this transition records the answer of (migration 0007).
+        pub call_ms: Option<i64>,
     }
 
     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

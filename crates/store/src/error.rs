@@ -14,6 +14,21 @@ pub enum Error {
     Migrate(sea_orm::DbErr),
     #[error("{0}")]
     Invalid(String),
+    #[error("saga {biz_id}: {message}")]
+    Group { biz_id: String, message: String },
+}
+
+impl Error {
+    /// This error as one member of a failed group transaction sees it: the same failure,
+    /// naming that member's saga.
+    pub(crate) fn for_saga(&self, biz_id: &str) -> Error {
+        match self {
+            Error::Db { operation, source, .. } => {
+                Error::Db { operation, biz_id: Some(biz_id.to_owned()), source: source.clone() }
+            }
+            other => Error::Group { biz_id: biz_id.to_owned(), message: format!("its group transaction failed: {other}") },
+        }
+    }
 }
 
 /// Adds the operation (and saga) to a database error.

@@ -86,6 +86,7 @@ impl Store {
             .execute_raw(Statement::from_sql_and_values(self.backend, sql, values))
             .await
             .during("close ticket", Some(key))?;
+        self.stats.write_committed();
         Ok(if result.rows_affected() == 1 { Cas::Applied(()) } else { Cas::Conflict })
     }
 
@@ -110,7 +111,10 @@ impl Store {
             fit(actor, 160).into(),
         ];
         match self.db.execute_raw(Statement::from_sql_and_values(self.backend, sql, values)).await {
-            Ok(_) => Ok(TicketOutcome::Opened),
+            Ok(_) => {
+                self.stats.write_committed();
+                Ok(TicketOutcome::Opened)
+            }
             // Another reconciler opened it between our read and our insert.
             Err(error) if matches!(error.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) => {
                 Ok(TicketOutcome::AlreadyOpen)
@@ -147,6 +151,7 @@ impl Store {
             .execute_raw(Statement::from_sql_and_values(self.backend, sql, values))
             .await
             .during("reopen finding ticket", Some(&ticket.key))?;
+        self.stats.write_committed();
         Ok(if result.rows_affected() == 1 { TicketOutcome::Reopened } else { TicketOutcome::AlreadyOpen })
     }
 }

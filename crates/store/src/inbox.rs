@@ -117,6 +117,7 @@ impl Store {
             .await
             .during("insert arrival log rows", None)?;
         txn.commit().await.during("commit inbox insert", None)?;
+        self.stats.write_committed();
         self.classify(sagas, owner).await
     }
 

@@ -57,6 +57,7 @@ impl Store {
             .await
             .during("log takeover", some)?;
         txn.commit().await.during("commit claim", some)?;
+        self.stats.write_committed();
         Ok(Cas::Applied(claimed))
     }
 
@@ -88,6 +89,7 @@ impl Store {
             .execute_raw(Statement::from_sql_and_values(self.backend, sql, values))
             .await
             .during(operation, Some(&saga.biz_id))?;
+        self.stats.write_committed();
         if result.rows_affected() == 0 {
             return Ok(Cas::Conflict);
         }

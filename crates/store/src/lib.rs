@@ -18,6 +18,7 @@ mod dialect;
 pub mod entity;
 mod error;
 mod finding;
+mod group;
 mod inbox;
 mod lease;
 mod lookup;
@@ -27,6 +28,7 @@ mod outbox;
 mod read;
 mod row;
 mod scan;
+mod stats;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod ticket;
@@ -45,6 +47,7 @@ pub use lookup::LedgerView;
 pub use outbox::OutboxMessage;
 pub use read::{OrderRow, Transition};
 pub use scan::ScanCursor;
+pub use stats::StoreStats;
 pub use ticket::saga_json;
 pub use ticket::{Ticket, TicketState};
 
@@ -80,6 +83,9 @@ pub struct Store {
     db: DatabaseConnection,
     backend: DbBackend,
     clock: clock::DbClock,
+    stats: std::sync::Arc<stats::Stats>,
+    /// Where transitions go when they are grouped ([`DatabaseSection::group_commit_max`] > 1).
+    group: Option<std::sync::Arc<group::GroupCommit>>,
 }
 
 impl Store {
@@ -105,7 +111,18 @@ impl Store {
         let db = Database::connect(options)
             .await
             .map_err(|source| Error::Connect { url: midflight_config::redact_url(&section.url), source })?;
-        Store::from_connection(db).await
+        let mut store = Store::from_connection(db).await?;
+        if section.group_commit_max > 1 {
+            // SQLite has one writer at a time: concurrent groups would only wait on each other.
+            // Everything else (inbox, leases, relay, reads) keeps at least one connection.
+            let concurrency = match store.backend {
+                DbBackend::Sqlite => 1,
+                _ => section.group_commit_concurrency.min(section.max_connections.saturating_sub(1) as usize).max(1),
+            };
+            let group = group::GroupCommit::start(store.clone(), section.group_commit_max, concurrency);
+            store.group = Some(std::sync::Arc::new(group));
+        }
+        Ok(store)
     }
 
     /// Wraps an existing connection (tests, tools).
@@ -115,7 +132,7 @@ impl Store {
             return Err(Error::Invalid(format!("unsupported database backend {backend:?}: use MySQL or SQLite")));
         }
         let clock = clock::DbClock::measure(&db, backend).await?;
-        Ok(Store { db, backend, clock })
+        Ok(Store { db, backend, clock, stats: std::sync::Arc::default(), group: None })
     }
 
     /// Applies any migration file the database does not have yet.
@@ -128,6 +145,11 @@ impl Store {
     /// inside SQL against the real database clock.
     pub async fn now_ms(&self) -> Result<i64, Error> {
         self.clock.now_ms(&self.db).await
+    }
+
+    /// What this store (and its clones) wrote since it connected.
+    pub fn stats(&self) -> StoreStats {
+        self.stats.read()
     }
 
     pub fn backend(&self) -> DbBackend {

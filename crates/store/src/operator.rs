@@ -83,6 +83,7 @@ impl Store {
             .await
             .during("resolve tickets", some)?;
         txn.commit().await.during("commit resolve", some)?;
+        self.stats.write_committed();
         Ok(Cas::Applied(next))
     }
 }

@@ -48,6 +48,7 @@ impl Store {
             .execute_raw(Statement::from_sql_and_values(self.backend, sql, values))
             .await
             .during("claim outbox rows", None)?;
+        self.stats.write_committed();
         let claimed = outbox::Entity::find()
             .filter(outbox::Column::BizId.is_in(candidates))
             .filter(outbox::Column::RelayOwner.eq(owner))
@@ -79,6 +80,7 @@ impl Store {
             .execute_raw(Statement::from_sql_and_values(self.backend, sql, values))
             .await
             .during("mark published", None)?;
+        self.stats.write_committed();
         Ok(result.rows_affected())
     }
 

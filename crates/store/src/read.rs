@@ -22,6 +22,9 @@ pub struct Transition {
     pub actor: String,
     pub reason: String,
     pub at_ms: i64,
+    /// How long the downstream call whose answer this transition records took (ms), as the
+    /// writer measured it; `None` when the transition follows no call.
+    pub call_ms: Option<u64>,
 }
 
 impl Transition {
@@ -197,6 +200,38 @@ impl Store {
         Ok(out)
     }
 
+    /// Sagas in `status` (served by the `saga_recovery` index: one range, no table rows read).
+    pub async fn count_status(&self, status: Status) -> Result<u64, Error> {
+        let sql = "SELECT COUNT(*) AS n FROM saga WHERE status = ?";
+        let row = self
+            .db
+            .query_one_raw(Statement::from_sql_and_values(self.backend, sql, [status.as_str().into()]))
+            .await
+            .during("count sagas in a status", None)?;
+        let count: i64 = row.map(|r| r.try_get("", "n")).transpose().during("read saga count", None)?.unwrap_or(0);
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
+    /// Non-terminal sagas per lease owner: what each process has in flight (a benchmark gauge).
+    pub async fn in_flight_by_owner(&self) -> Result<Vec<(String, u64)>, Error> {
+        let sql = format!(
+            "SELECT owner_id, COUNT(*) AS n FROM saga WHERE status IN ({}) GROUP BY owner_id",
+            active_list()
+        );
+        let rows = self
+            .db
+            .query_all_raw(Statement::from_string(self.backend, sql))
+            .await
+            .during("count sagas in flight per owner", None)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let owner: Option<String> = row.try_get("", "owner_id").during("read in-flight owner", None)?;
+            let count: i64 = row.try_get("", "n").during("read in-flight count", None)?;
+            out.push((owner.unwrap_or_default(), u64::try_from(count).unwrap_or(0)));
+        }
+        Ok(out)
+    }
+
     /// The business row of a saga.
     pub async fn order_row(&self, biz_id: &str) -> Result<Option<OrderRow>, Error> {
         let row =
@@ -239,5 +274,6 @@ fn to_transition(row: saga_transition::Model) -> Result<Transition, Error> {
         actor: row.actor,
         reason: row.reason,
         at_ms: row.at_ms,
+        call_ms: row.call_ms.and_then(|ms| u64::try_from(ms).ok()),
     })
 }

@@ -1,6 +1,11 @@
 //! Transitions: one compare-and-set on (version, lease epoch), the transition-log rows, and the
 //! writes that must be atomic with the status (business row, outbox row, ticket), in one
-//! short transaction.
+//! short transaction, alone or with other sagas' transitions ([`crate::group`]).
+//!
+//! One path writes both: each member's own conditional UPDATE decides whether it applied, and
+//! only applied members get log rows and fused writes. Rows of the same kind across members go
+//! in one multi-row INSERT, in chunks of power-of-two sizes, so a handful of statement shapes
+//! stay prepared on each connection whatever the group size.
 
 use midflight_model::{BusinessWrite, Change, Saga};
 use sea_orm::{ConnectionTrait, DatabaseTransaction, Statement, TransactionTrait, Value};
@@ -11,6 +16,34 @@ use crate::{Cas, Store, dialect};
 
 /// Who writes, for the transition log: `consumer:<id>`, `recovery:<id>`, `operator:<name>`.
 pub type Actor<'a> = &'a str;
+
+/// Most rows of one multi-row INSERT (8 parameters a log row: far below every engine's limit).
+const INSERT_ROWS_MAX: usize = 64;
+
+/// One saga's transition as the shared write path takes it: the row read, the row to write,
+/// the change (for its log rows and fused writes), and what only the writer knows.
+#[derive(Debug, Clone)]
+pub(crate) struct Member {
+    pub before: Saga,
+    pub next: Saga,
+    pub change: Change,
+    pub lease_ms: i64,
+    pub actor: String,
+    pub call_ms: Option<u64>,
+}
+
+impl Member {
+    /// The row as written, with the lease the write granted (or gave up).
+    pub(crate) fn into_written(self) -> Saga {
+        let mut next = self.next;
+        next.lease.until_ms = if self.change.release_lease { next.updated_at_ms } else { next.updated_at_ms + self.lease_ms };
+        next
+    }
+
+    fn lease_ms(&self) -> i64 {
+        if self.change.release_lease { 0 } else { self.lease_ms }
+    }
+}
 
 impl Store {
     /// Writes `change` to a saga the caller holds at `before.version` / `before.lease.epoch`.
@@ -25,37 +58,81 @@ impl Store {
         lease_ms: i64,
         actor: Actor<'_>,
     ) -> Result<Cas<Saga>, Error> {
+        self.write_timed(before, change, now_ms, lease_ms, actor, None).await
+    }
+
+    /// [`Store::write`] for a change that records a downstream call's answer: `call_ms` (how
+    /// long that call took, as the caller measured it) goes into the transition log, so a
+    /// timeline separates the downstream's time from ours.
+    pub async fn write_timed(
+        &self,
+        before: &Saga,
+        change: &Change,
+        now_ms: i64,
+        lease_ms: i64,
+        actor: Actor<'_>,
+        call_ms: Option<u64>,
+    ) -> Result<Cas<Saga>, Error> {
         let next = change.apply(before, now_ms)?;
-        self.write_next(before, next, change, lease_ms, actor).await
+        self.write_next(before, next, change, lease_ms, actor, call_ms).await
     }
 
     pub(crate) async fn write_next(
         &self,
         before: &Saga,
-        mut next: Saga,
+        next: Saga,
         change: &Change,
         lease_ms: i64,
         actor: Actor<'_>,
+        call_ms: Option<u64>,
     ) -> Result<Cas<Saga>, Error> {
+        let member =
+            Member { before: before.clone(), next, change: change.clone(), lease_ms, actor: actor.to_owned(), call_ms };
+        if let Some(group) = &self.group {
+            return group.submit(member).await;
+        }
         let some = Some(before.biz_id.as_str());
         let txn = self.db.begin().await.during("begin transition", some)?;
-        if !self.update_row(&txn, before, &next, if change.release_lease { 0 } else { lease_ms }).await? {
+        let applied = self.write_members(&txn, std::slice::from_ref(&member)).await?;
+        if !applied.first().copied().unwrap_or(false) {
             txn.rollback().await.during("roll back transition", some)?;
             return Ok(Cas::Conflict);
         }
-        self.log_edges(&txn, before, change, actor, next.lease.epoch).await?;
-        if let Some(business) = change.business {
-            self.business_write(&txn, &next, business).await?;
-        }
-        if change.notify {
-            self.insert_outbox(&txn, &next).await?;
-        }
-        if let Some(ticket) = &change.ticket {
-            self.open_ticket(&txn, &next, ticket, actor).await?;
-        }
         txn.commit().await.during("commit transition", some)?;
-        next.lease.until_ms = if change.release_lease { next.updated_at_ms } else { next.updated_at_ms + lease_ms };
-        Ok(Cas::Applied(next))
+        self.stats.write_committed();
+        self.stats.transitions_written(1);
+        Ok(Cas::Applied(member.into_written()))
+    }
+
+    /// Writes `members` inside `txn` (the caller commits): each member's compare-and-set, then
+    /// for those that applied their log rows, business rows, outbox rows and tickets. Returns,
+    /// per member, whether its compare-and-set applied.
+    pub(crate) async fn write_members(&self, txn: &DatabaseTransaction, members: &[Member]) -> Result<Vec<bool>, Error> {
+        let mut applied = Vec::with_capacity(members.len());
+        for member in members {
+            applied.push(self.update_row(txn, &member.before, &member.next, member.lease_ms()).await?);
+        }
+        let written: Vec<&Member> = members.iter().zip(&applied).filter(|(_, ok)| **ok).map(|(m, _)| m).collect();
+        self.log_edges(txn, &written).await?;
+        let inserts: Vec<&Saga> =
+            written.iter().filter(|m| m.change.business == Some(BusinessWrite::Write)).map(|m| &m.next).collect();
+        self.insert_orders(txn, &inserts).await?;
+        for member in &written {
+            match member.change.business {
+                Some(write @ (BusinessWrite::Fulfil | BusinessWrite::Reverse)) => {
+                    self.business_write(txn, &member.next, write).await?;
+                }
+                Some(BusinessWrite::Write) | None => {}
+            }
+        }
+        let notified: Vec<&Saga> = written.iter().filter(|m| m.change.notify).map(|m| &m.next).collect();
+        self.insert_outbox(txn, &notified).await?;
+        for member in &written {
+            if let Some(ticket) = &member.change.ticket {
+                self.open_ticket(txn, &member.next, ticket, &member.actor).await?;
+            }
+        }
+        Ok(applied)
     }
 
     /// The compare-and-set itself. Returns whether the row matched.
@@ -99,61 +176,93 @@ impl Store {
         Ok(result.rows_affected() == 1)
     }
 
-    async fn log_edges(
-        &self,
-        txn: &DatabaseTransaction,
-        before: &Saga,
-        change: &Change,
-        actor: Actor<'_>,
-        epoch: u64,
-    ) -> Result<(), Error> {
-        let edges = change.edges(before);
-        if edges.is_empty() {
-            return Ok(());
+    /// The log rows of every member's edges, in multi-row INSERTs.
+    async fn log_edges(&self, txn: &DatabaseTransaction, members: &[&Member]) -> Result<(), Error> {
+        let mut rows: Vec<[Value; 8]> = Vec::new();
+        for member in members {
+            for (index, (from, to, version)) in member.change.edges(&member.before).into_iter().enumerate() {
+                // The call's time belongs to the first edge (the one recording its answer), so a
+                // sum over the log counts each call once.
+                let call_ms = if index == 0 { member.call_ms.map(signed) } else { None };
+                rows.push([
+                    member.before.biz_id.clone().into(),
+                    signed(version).into(),
+                    from.as_str().into(),
+                    to.as_str().into(),
+                    signed(member.next.lease.epoch).into(),
+                    fit(&member.actor, 160).into(),
+                    fit(&member.change.reason, 512).into(),
+                    call_ms.into(),
+                ]);
+            }
         }
         let now = dialect::now_ms(self.backend);
-        let rows = vec![format!("(?, ?, ?, ?, ?, ?, ?, {now})"); edges.len()].join(", ");
-        let sql = format!(
-            "INSERT INTO saga_transition (biz_id, version, from_status, to_status, lease_epoch, actor, reason, at_ms) VALUES {rows}"
-        );
-        let mut values: Vec<Value> = Vec::with_capacity(edges.len() * 7);
-        for (from, to, version) in edges {
-            values.extend([
-                before.biz_id.clone().into(),
-                signed(version).into(),
-                from.as_str().into(),
-                to.as_str().into(),
-                signed(epoch).into(),
-                fit(actor, 160).into(),
-                fit(&change.reason, 512).into(),
-            ]);
+        let first = members.first().map(|m| m.before.biz_id.as_str());
+        self.insert_rows(
+            txn,
+            "INSERT INTO saga_transition (biz_id, version, from_status, to_status, lease_epoch, actor, reason, at_ms, call_ms) VALUES",
+            &format!("(?, ?, ?, ?, ?, ?, ?, {now}, ?)"),
+            "",
+            rows,
+            ("append transition log", first),
+        )
+        .await
+    }
+
+    /// `rows` as multi-row INSERTs of `head`, one `row` template each, then `tail`, in chunks
+    /// of power-of-two sizes (so each connection keeps a few statement shapes prepared).
+    async fn insert_rows<const N: usize>(
+        &self,
+        txn: &DatabaseTransaction,
+        head: &str,
+        row: &str,
+        tail: &str,
+        rows: Vec<[Value; N]>,
+        (operation, biz_id): (&'static str, Option<&str>),
+    ) -> Result<(), Error> {
+        let mut rows = rows.into_iter();
+        let mut left = rows.len();
+        while left > 0 {
+            let chunk = chunk_size(left);
+            let sql = format!("{head} {}{tail}", vec![row; chunk].join(", "));
+            let values: Vec<Value> = rows.by_ref().take(chunk).flatten().collect();
+            txn.execute_raw(Statement::from_sql_and_values(self.backend, sql, values)).await.during(operation, biz_id)?;
+            left -= chunk;
         }
-        txn.execute_raw(Statement::from_sql_and_values(self.backend, sql, values))
-            .await
-            .during("append transition log", Some(&before.biz_id))?;
         Ok(())
+    }
+
+    /// Step 1's business rows (`BusinessWrite::Write`) of `sagas`, in multi-row INSERTs; a row
+    /// that exists already is left alone (the unique biz_id absorbs a repeat).
+    async fn insert_orders(&self, txn: &DatabaseTransaction, sagas: &[&Saga]) -> Result<(), Error> {
+        let rows: Vec<[Value; 6]> = sagas
+            .iter()
+            .map(|saga| {
+                let amount_cents = saga.order().map(|order| order.amount_cents).unwrap_or(0);
+                [
+                    saga.biz_id.clone().into(),
+                    saga.order_no.clone().into(),
+                    saga.event_type.clone().into(),
+                    amount_cents.into(),
+                    saga.updated_at_ms.into(),
+                    saga.updated_at_ms.into(),
+                ]
+            })
+            .collect();
+        self.insert_rows(
+            txn,
+            "INSERT INTO orders (biz_id, order_no, event_type, status, amount_cents, tracking_no, created_at_ms, updated_at_ms) VALUES",
+            "(?, ?, ?, 'FULFILLING', ?, NULL, ?, ?)",
+            &dialect::on_conflict_do_nothing(self.backend, "biz_id"),
+            rows,
+            ("write business row", sagas.first().map(|s| s.biz_id.as_str())),
+        )
+        .await
     }
 
     async fn business_write(&self, txn: &DatabaseTransaction, saga: &Saga, write: BusinessWrite) -> Result<(), Error> {
         let (sql, values): (String, Vec<Value>) = match write {
-            BusinessWrite::Write => {
-                let amount_cents = saga.order().map(|order| order.amount_cents).unwrap_or(0);
-                (
-                    format!(
-                        "INSERT INTO orders (biz_id, order_no, event_type, status, amount_cents, tracking_no, created_at_ms, updated_at_ms) \
-                         VALUES (?, ?, ?, 'FULFILLING', ?, NULL, ?, ?){}",
-                        dialect::on_conflict_do_nothing(self.backend, "biz_id")
-                    ),
-                    vec![
-                        saga.biz_id.clone().into(),
-                        saga.order_no.clone().into(),
-                        saga.event_type.clone().into(),
-                        amount_cents.into(),
-                        saga.updated_at_ms.into(),
-                        saga.updated_at_ms.into(),
-                    ],
-                )
-            }
+            BusinessWrite::Write => return self.insert_orders(txn, &[saga]).await,
             BusinessWrite::Fulfil => (
                 "UPDATE orders SET status = 'SHIPPED', tracking_no = ?, updated_at_ms = ? WHERE biz_id = ?".to_owned(),
                 vec![saga.tracking_no.clone().into(), saga.updated_at_ms.into(), saga.biz_id.clone().into()],
@@ -169,29 +278,60 @@ impl Store {
         Ok(())
     }
 
-    async fn insert_outbox(&self, txn: &DatabaseTransaction, saga: &Saga) -> Result<(), Error> {
-        let payload = serde_json::json!({
-            "kind": "ORDER_SHIPPED",
-            "biz_id": saga.biz_id,
-            "order_no": saga.order_no,
-            "event_type": saga.event_type,
-            "tracking_no": saga.tracking_no,
-        })
-        .to_string();
-        let sql = format!(
-            "INSERT INTO outbox (biz_id, payload, trace_context, created_at_ms, relay_owner, relay_until_ms, published_at_ms) \
-             VALUES (?, ?, ?, ?, NULL, 0, NULL){}",
-            dialect::on_conflict_do_nothing(self.backend, "biz_id")
-        );
-        let values: Vec<Value> = vec![
-            saga.biz_id.clone().into(),
-            payload.into(),
-            saga.trace_context.clone().into(),
-            saga.updated_at_ms.into(),
-        ];
-        txn.execute_raw(Statement::from_sql_and_values(self.backend, sql, values))
-            .await
-            .during("write outbox row", Some(&saga.biz_id))?;
-        Ok(())
+    /// The notifications' outbox rows of `sagas`, in multi-row INSERTs.
+    async fn insert_outbox(&self, txn: &DatabaseTransaction, sagas: &[&Saga]) -> Result<(), Error> {
+        let rows: Vec<[Value; 4]> = sagas
+            .iter()
+            .map(|saga| {
+                let payload = serde_json::json!({
+                    "kind": "ORDER_SHIPPED",
+                    "biz_id": saga.biz_id,
+                    "order_no": saga.order_no,
+                    "event_type": saga.event_type,
+                    "tracking_no": saga.tracking_no,
+                })
+                .to_string();
+                [
+                    saga.biz_id.clone().into(),
+                    payload.into(),
+                    saga.trace_context.clone().into(),
+                    saga.updated_at_ms.into(),
+                ]
+            })
+            .collect();
+        self.insert_rows(
+            txn,
+            "INSERT INTO outbox (biz_id, payload, trace_context, created_at_ms, relay_owner, relay_until_ms, published_at_ms) VALUES",
+            "(?, ?, ?, ?, NULL, 0, NULL)",
+            &dialect::on_conflict_do_nothing(self.backend, "biz_id"),
+            rows,
+            ("write outbox row", sagas.first().map(|s| s.biz_id.as_str())),
+        )
+        .await
+    }
+}
+
+/// The largest power of two up to `left` and [`INSERT_ROWS_MAX`].
+fn chunk_size(left: usize) -> usize {
+    let capped = left.min(INSERT_ROWS_MAX);
+    1 << (usize::BITS - 1 - capped.leading_zeros())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_are_powers_of_two_that_add_up() {
+        for (left, expected) in [(1, vec![1]), (3, vec![2, 1]), (64, vec![64]), (100, vec![64, 32, 4]), (130, vec![64, 64, 2])] {
+            let mut chunks = Vec::new();
+            let mut rest = left;
+            while rest > 0 {
+                let chunk = chunk_size(rest);
+                chunks.push(chunk);
+                rest -= chunk;
+            }
+            assert_eq!(chunks, expected, "{left} rows");
+        }
     }
 }

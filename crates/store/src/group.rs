@@ -1,0 +1,107 @@
+//! Group commit: the transitions of many sagas written in one transaction, so one commit (one
+//! flush of the database's log) serves them all. On this kind of box a separate transaction
+//! per transition caps the whole system at a few thousand transitions a second (ENVIRONMENT.md),
+//! which is fewer than the user's peak needs.
+//!
+//! What does not change for a saga: its write is still one compare-and-set naming its version
+//! and lease epoch, and that UPDATE's own rows affected decides `Applied` or `Conflict`; its
+//! log rows, business row, outbox row and ticket are written only if it applied, in the same
+//! transaction. A group that fails to commit fails every member with an error, exactly as a
+//! failed transaction of its own would: the driver stops and the lease expires.
+//!
+//! How a group forms: a dispatcher takes the first queued transition, waits for one of
+//! `concurrency` transaction slots, then takes whatever else queued meanwhile (up to `max`).
+//! Nothing waits on a timer: at low load a group is one transition; under load it is what
+//! arrived while the previous groups committed.
+
+use std::sync::Arc;
+
+use midflight_model::Saga;
+use sea_orm::TransactionTrait;
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+use crate::error::{Context, Error};
+use crate::transition::Member;
+use crate::{Cas, Store};
+
+/// Transitions queued beyond this wait for room before they are queued (back pressure; the
+/// consumer's in-flight bound keeps far fewer than this waiting).
+const QUEUE_CAPACITY: usize = 8_192;
+
+type Reply = oneshot::Sender<Result<Cas<Saga>, Error>>;
+
+/// The queue in front of the group transactions; dropping the last handle stops the dispatcher.
+#[derive(Debug)]
+pub(crate) struct GroupCommit {
+    queue: mpsc::Sender<(Member, Reply)>,
+}
+
+impl GroupCommit {
+    /// Starts the dispatcher on the current runtime. `store` must not group itself.
+    pub(crate) fn start(store: Store, max: usize, concurrency: usize) -> GroupCommit {
+        let (queue, receiver) = mpsc::channel(QUEUE_CAPACITY);
+        tokio::spawn(dispatch(store, receiver, max.max(1), concurrency.max(1)));
+        GroupCommit { queue }
+    }
+
+    /// Queues one transition and waits for its group's outcome.
+    pub(crate) async fn submit(&self, member: Member) -> Result<Cas<Saga>, Error> {
+        let biz_id = member.before.biz_id.clone();
+        let (reply, answer) = oneshot::channel();
+        if self.queue.send((member, reply)).await.is_err() {
+            return Err(Error::Group { biz_id, message: "the group writer has stopped".to_owned() });
+        }
+        answer.await.unwrap_or_else(|_| {
+            Err(Error::Group { biz_id, message: "the group transaction was abandoned; its outcome is unknown".to_owned() })
+        })
+    }
+}
+
+async fn dispatch(store: Store, mut queue: mpsc::Receiver<(Member, Reply)>, max: usize, concurrency: usize) {
+    let slots = Arc::new(Semaphore::new(concurrency));
+    while let Some(first) = queue.recv().await {
+        // A free slot first: whatever queues while we wait joins this group.
+        let Ok(slot) = slots.clone().acquire_owned().await else { break };
+        let mut group = Vec::with_capacity(max.min(64));
+        group.push(first);
+        while group.len() < max {
+            match queue.try_recv() {
+                Ok(item) => group.push(item),
+                Err(_) => break,
+            }
+        }
+        let store = store.clone();
+        tokio::spawn(async move {
+            commit(&store, group).await;
+            drop(slot);
+        });
+    }
+}
+
+async fn commit(store: &Store, group: Vec<(Member, Reply)>) {
+    let (members, replies): (Vec<Member>, Vec<Reply>) = group.into_iter().unzip();
+    match store.write_group(&members).await {
+        Ok(applied) => {
+            for ((member, reply), applied) in members.into_iter().zip(replies).zip(applied) {
+                let _ = reply.send(Ok(if applied { Cas::Applied(member.into_written()) } else { Cas::Conflict }));
+            }
+        }
+        Err(error) => {
+            for (member, reply) in members.iter().zip(replies) {
+                let _ = reply.send(Err(error.for_saga(&member.before.biz_id)));
+            }
+        }
+    }
+}
+
+impl Store {
+    /// One group's transaction; per member, whether its compare-and-set applied.
+    async fn write_group(&self, members: &[Member]) -> Result<Vec<bool>, Error> {
+        let txn = self.db.begin().await.during("begin transition group", None)?;
+        let applied = self.write_members(&txn, members).await?;
+        txn.commit().await.during("commit transition group", None)?;
+        self.stats.batch_committed();
+        self.stats.transitions_written(applied.iter().filter(|ok| **ok).count() as u64);
+        Ok(applied)
+    }
+}

@@ -1,0 +1,51 @@
+//! Counters of the store's own writes, so a benchmark counts write transactions per message
+//! instead of assuming them (on SQLite nothing else can count them; on MySQL the server's
+//! global counters also see every other client).
+//!
+//! Plain relaxed atomics: they are read for reports, never to decide anything.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Serialize;
+
+/// What one [`crate::Store`] (and its clones) wrote since it connected.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    write_txns: AtomicU64,
+    transitions: AtomicU64,
+    batches: AtomicU64,
+}
+
+/// A reading of the counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct StoreStats {
+    /// Committed transactions that wrote (an autocommit write statement counts as one).
+    pub write_txns: u64,
+    /// Saga transitions written (applied compare-and-sets of [`crate::Store::write`]).
+    pub transitions: u64,
+    /// Of `write_txns`, the shared commits of the group writer (each carries many transitions).
+    pub batches: u64,
+}
+
+impl Stats {
+    pub(crate) fn write_committed(&self) {
+        self.write_txns.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn transitions_written(&self, count: u64) {
+        self.transitions.fetch_add(count, Ordering::Relaxed);
+    }
+
+    pub(crate) fn batch_committed(&self) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.write_committed();
+    }
+
+    pub(crate) fn read(&self) -> StoreStats {
+        StoreStats {
+            write_txns: self.write_txns.load(Ordering::Relaxed),
+            transitions: self.transitions.load(Ordering::Relaxed),
+            batches: self.batches.load(Ordering::Relaxed),
+        }
+    }
+}
