@@ -3,11 +3,14 @@
 //!
 //! As in the WMS, each write is one short transaction during this process's [`WriteTurn`], so
 //! "is this request id known?" and the write that follows cannot interleave with another call.
+//! CreateShipment calls are applied in groups (one transaction for every call queued while the
+//! previous one committed, see [`midflight_mock::serial::Group`]), each call answered exactly as
+//! if applied alone.
 
 use std::sync::Arc;
 
 use midflight_mock::database::ensure_table;
-use midflight_mock::serial::WriteTurn;
+use midflight_mock::serial::{Group, Waiting, WriteTurn};
 use midflight_mock::{Clock, SerialWriter};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
@@ -17,6 +20,11 @@ use sea_orm::{
 use tonic::Status;
 
 use crate::entity::{LedgerKind, ShipmentState, ledger, shipment};
+
+/// Most CreateShipment calls applied in one group transaction; more wait for the next.
+const GROUP_CALLS_MAX: usize = 256;
+/// Rows per multi-row insert of a group (9 parameters a shipment row).
+const INSERT_ROWS_MAX: usize = 64;
 
 /// A validated CreateShipment request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +69,8 @@ pub struct Ledger {
     clock: Arc<dyn Clock>,
     /// Regions the provider does not serve; a shipment there is rejected.
     unserviceable: Vec<String>,
+    /// CreateShipment calls waiting for the next group transaction.
+    creates: Group<ShipmentOrder, Result<shipment::Model, Status>>,
 }
 
 impl Ledger {
@@ -74,39 +84,106 @@ impl Ledger {
         ensure_table(&db, ledger::Entity).await?;
         let last = ledger::Entity::find().order_by_desc(ledger::Column::Seq).one(&db).await.map_err(startup)?;
         let last_seq = last.map_or(0, |entry| u64::try_from(entry.seq).unwrap_or(0));
-        Ok(Ledger { db, writer: SerialWriter::new(last_seq), clock, unserviceable })
+        Ok(Ledger { db, writer: SerialWriter::new(last_seq), clock, unserviceable, creates: Group::default() })
     }
 
     /// CreateShipment, idempotent on the request id: a known id gets the row's answer.
     pub async fn create(&self, order: ShipmentOrder) -> Result<shipment::Model, Status> {
-        let mut turn = self.writer.turn().await;
-        if let Some(row) = self.find(&order.request_id).await? {
-            tracing::info!(request_id = %order.request_id, state = ?row.state, "shipment repeated, first answer returned");
-            return Ok(row);
+        self.creates
+            .submit(&self.writer, order, |turn, batch| self.apply_creates(turn, batch))
+            .await
+            .unwrap_or_else(|_| Err(Status::unavailable("shipment group abandoned; its outcome is unknown")))
+    }
+
+    /// Applies a group of CreateShipment calls in one transaction and answers each. A failed
+    /// transaction fails every call of the group (none of them applied).
+    async fn apply_creates(
+        &self,
+        mut turn: WriteTurn<'_>,
+        mut batch: Vec<Waiting<ShipmentOrder, Result<shipment::Model, Status>>>,
+    ) {
+        while !batch.is_empty() {
+            let rest = batch.split_off(batch.len().min(GROUP_CALLS_MAX));
+            let group = std::mem::replace(&mut batch, rest);
+            let orders: Vec<&ShipmentOrder> = group.iter().map(|w| &w.request).collect();
+            match self.try_apply_creates(&mut turn, &orders).await {
+                Ok(rows) => {
+                    turn.commit_taken();
+                    for (waiting, row) in group.into_iter().zip(rows) {
+                        let _ = waiting.reply.send(Ok(row));
+                    }
+                }
+                Err(status) => {
+                    turn.return_taken();
+                    for waiting in group {
+                        let _ = waiting.reply.send(Err(status.clone()));
+                    }
+                }
+            }
         }
-        let seq = turn.next_seq();
+    }
+
+    async fn try_apply_creates(
+        &self,
+        turn: &mut WriteTurn<'_>,
+        orders: &[&ShipmentOrder],
+    ) -> Result<Vec<shipment::Model>, Status> {
+        let ids: Vec<&str> = orders.iter().map(|order| order.request_id.as_str()).collect();
+        let mut known: std::collections::HashMap<String, shipment::Model> = shipment::Entity::find()
+            .filter(shipment::Column::RequestId.is_in(ids))
+            .all(&self.db)
+            .await
+            .map_err(db_error)?
+            .into_iter()
+            .map(|row| {
+                tracing::info!(request_id = %row.request_id, state = ?row.state, "shipment repeated, first answer returned");
+                (row.request_id.clone(), row)
+            })
+            .collect();
         let now_ms = self.clock.now_ms();
-        let rejected = self.unserviceable.iter().any(|region| region == &order.region);
-        let (state, tracking_no, reason) = if rejected {
-            (ShipmentState::Rejected, String::new(), format!("region {:?} is not serviceable", order.region))
-        } else {
-            (ShipmentState::Created, format!("TRK{seq:012}"), String::new())
-        };
-        let row = shipment::Model {
-            request_id: order.request_id,
-            order_no: order.order_no,
-            state,
-            tracking_no,
-            reason,
-            voucher: order.voucher,
-            region: order.region,
-            created_at_ms: now_ms,
-            updated_at_ms: now_ms,
-        };
-        let kind = if rejected { LedgerKind::Reject } else { LedgerKind::Create };
-        self.write(turn, seq, &row, kind, RowChange::Insert).await?;
-        tracing::info!(request_id = %row.request_id, state = ?row.state, tracking_no = %row.tracking_no, "shipment applied");
-        Ok(row)
+        let (mut rows, mut entries, mut answers) = (Vec::new(), Vec::new(), Vec::with_capacity(orders.len()));
+        for order in orders {
+            if let Some(row) = known.get(&order.request_id) {
+                answers.push(row.clone());
+                continue;
+            }
+            let seq = turn.next_seq();
+            let rejected = self.unserviceable.iter().any(|region| region == &order.region);
+            let (state, tracking_no, reason) = if rejected {
+                (ShipmentState::Rejected, String::new(), format!("region {:?} is not serviceable", order.region))
+            } else {
+                (ShipmentState::Created, format!("TRK{seq:012}"), String::new())
+            };
+            let row = shipment::Model {
+                request_id: order.request_id.clone(),
+                order_no: order.order_no.clone(),
+                state,
+                tracking_no,
+                reason,
+                voucher: order.voucher.clone(),
+                region: order.region.clone(),
+                created_at_ms: now_ms,
+                updated_at_ms: now_ms,
+            };
+            let kind = if rejected { LedgerKind::Reject } else { LedgerKind::Create };
+            entries.push(ledger_entry(seq, &row, kind));
+            rows.push(shipment::ActiveModel::from(row.clone()));
+            tracing::info!(request_id = %row.request_id, state = ?row.state, tracking_no = %row.tracking_no, "shipment applied");
+            known.insert(row.request_id.clone(), row.clone());
+            answers.push(row);
+        }
+        if rows.is_empty() {
+            return Ok(answers);
+        }
+        let txn = self.db.begin().await.map_err(db_error)?;
+        for chunk in rows.chunks(INSERT_ROWS_MAX) {
+            shipment::Entity::insert_many(chunk.to_vec()).exec_without_returning(&txn).await.map_err(db_error)?;
+        }
+        for chunk in entries.chunks(INSERT_ROWS_MAX) {
+            ledger::Entity::insert_many(chunk.to_vec()).exec_without_returning(&txn).await.map_err(db_error)?;
+        }
+        txn.commit().await.map_err(db_error)?;
+        Ok(answers)
     }
 
     /// CancelShipment. `pickup_after_ms` is the pickup time in force (`None`: never picked up).
@@ -202,18 +279,22 @@ impl Ledger {
             let active: shipment::ActiveModel = row.clone().into();
             shipment::Entity::insert(active).exec_without_returning(&txn).await.map_err(db_error)?;
         }
-        let entry = ledger::ActiveModel {
-            seq: Set(i64::try_from(seq).unwrap_or(i64::MAX)),
-            kind: Set(kind),
-            request_id: Set(row.request_id.clone()),
-            tracking_no: Set(row.tracking_no.clone()),
-            order_no: Set(row.order_no.clone()),
-            at_ms: Set(row.updated_at_ms),
-        };
-        ledger::Entity::insert(entry).exec_without_returning(&txn).await.map_err(db_error)?;
+        ledger::Entity::insert(ledger_entry(seq, row, kind)).exec_without_returning(&txn).await.map_err(db_error)?;
         txn.commit().await.map_err(db_error)?;
         turn.committed();
         Ok(())
+    }
+}
+
+/// The ledger entry of a write to `row`.
+fn ledger_entry(seq: u64, row: &shipment::Model, kind: LedgerKind) -> ledger::ActiveModel {
+    ledger::ActiveModel {
+        seq: Set(i64::try_from(seq).unwrap_or(i64::MAX)),
+        kind: Set(kind),
+        request_id: Set(row.request_id.clone()),
+        tracking_no: Set(row.tracking_no.clone()),
+        order_no: Set(row.order_no.clone()),
+        at_ms: Set(row.updated_at_ms),
     }
 }
 

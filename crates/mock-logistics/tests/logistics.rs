@@ -182,6 +182,46 @@ async fn concurrent_repeats_create_one_shipment() {
     mock.stop().await;
 }
 
+// Many distinct calls at once land in shared group transactions: each must still be applied as
+// if alone (a repeat answered like its first call, rejections per call, no ledger gaps).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_applied_in_groups_keep_repeats_exact() {
+    let db = TempDb::new();
+    let mut mock = Mock::start(config(&db.url())).await;
+    let calls = (0..40).map(|n| {
+        let mut logistics = mock.logistics.clone();
+        tokio::spawn(async move {
+            // 20 ids, each sent twice; every fourth goes to a region the provider does not serve.
+            let id = format!("g{}", n % 20);
+            let region = if n % 4 == 0 { "XX" } else { "ZJ" };
+            let request = pb::CreateShipmentRequest {
+                request_id: id.clone(),
+                order_no: format!("o-{id}"),
+                address: Some(address(region)),
+                cancel_voucher: format!("v-{id}"),
+            };
+            (id, logistics.create_shipment(request).await.expect("create").into_inner())
+        })
+    });
+    let answers: Vec<(String, pb::ShipmentResponse)> =
+        futures::future::join_all(calls).await.into_iter().map(|joined| joined.expect("call task")).collect();
+    let mut by_id: std::collections::BTreeMap<String, Vec<pb::ShipmentResponse>> = Default::default();
+    for (id, answer) in answers {
+        by_id.entry(id).or_default().push(answer);
+    }
+    assert!(by_id.values().all(|pair| pair.len() == 2 && pair[0] == pair[1]), "a repeat got another answer: {by_id:?}");
+    let created: std::collections::BTreeSet<&str> = by_id
+        .values()
+        .filter(|pair| pair[0].state() == ShipmentState::Created)
+        .map(|pair| pair[0].tracking_no.as_str())
+        .collect();
+    let rejected = by_id.values().filter(|pair| pair[0].state() == ShipmentState::Rejected).count();
+    assert_eq!((created.len(), rejected), (15, 5), "distinct tracking numbers, one rejection per XX id");
+    let seqs: Vec<u64> = mock.ledger().await.iter().map(|entry| entry.seq).collect();
+    assert_eq!(seqs, (1..=20).collect::<Vec<u64>>(), "one entry per distinct id, numbered without gaps");
+    mock.stop().await;
+}
+
 #[tokio::test]
 async fn query_reflects_every_state() {
     let db = TempDb::new();

@@ -3,13 +3,15 @@
 //!
 //! Every write happens in one short transaction during this process's [`WriteTurn`], so the
 //! "is this request id known?" check and the write that follows cannot interleave with another
-//! call, and each write appends exactly one ledger entry.
+//! call, and each write appends exactly one ledger entry. LockStock calls are applied in groups
+//! (one transaction for every call queued while the previous one committed, see
+//! [`midflight_mock::serial::Group`]), each call answered exactly as if applied alone.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use midflight_mock::database::ensure_table;
-use midflight_mock::serial::WriteTurn;
+use midflight_mock::serial::{Group, Waiting, WriteTurn};
 use midflight_mock::{Clock, SerialWriter};
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
@@ -23,6 +25,11 @@ use crate::entity::{LedgerKind, Line, LockState, ledger, lock, stock};
 /// How many stock rows one seeding insert carries; keeps each statement far below SQLite's
 /// bound-parameter limit.
 const SEED_BATCH_ROWS: usize = 500;
+/// Most LockStock calls applied in one group transaction; more wait for the next. Keeps every
+/// statement of a group (11 parameters a lock row) far below SQLite's bound-parameter limit.
+const GROUP_CALLS_MAX: usize = 256;
+/// Rows per multi-row insert of a group.
+const INSERT_ROWS_MAX: usize = 64;
 
 /// A validated LockStock request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +79,8 @@ pub struct Ledger {
     db: DatabaseConnection,
     writer: SerialWriter,
     clock: Arc<dyn Clock>,
+    /// LockStock calls waiting for the next group transaction.
+    locks: Group<(LockOrder, bool), Result<LockAnswer, Status>>,
 }
 
 impl Ledger {
@@ -82,7 +91,7 @@ impl Ledger {
         ensure_table(&db, ledger::Entity).await?;
         let last = ledger::Entity::find().order_by_desc(ledger::Column::Seq).one(&db).await.map_err(startup)?;
         let last_seq = last.map_or(0, |entry| u64::try_from(entry.seq).unwrap_or(0));
-        Ok(Ledger { db, writer: SerialWriter::new(last_seq), clock })
+        Ok(Ledger { db, writer: SerialWriter::new(last_seq), clock, locks: Group::default() })
     }
 
     /// Inserts the SKUs of `levels` that have no stock row yet; existing rows keep their level,
@@ -105,27 +114,98 @@ impl Ledger {
     /// LockStock. Idempotent on the request id, except in legacy mode, where every call gets a
     /// fresh key of the WMS's own and so deducts again.
     pub async fn lock(&self, order: LockOrder, legacy: bool) -> Result<LockAnswer, Status> {
-        let mut turn = self.writer.turn().await;
-        if !legacy && let Some(row) = self.find(&order.request_id).await? {
-            tracing::info!(request_id = %order.request_id, state = ?row.state, "lock repeated, first answer returned");
-            return Ok(LockAnswer::of(&row));
+        self.locks
+            .submit(&self.writer, (order, legacy), |turn, batch| self.apply_locks(turn, batch))
+            .await
+            .unwrap_or_else(|_| Err(Status::unavailable("lock group abandoned; its outcome is unknown")))
+    }
+
+    /// Applies a group of LockStock calls in one transaction and answers each. A failed
+    /// transaction fails every call of the group (none of them applied).
+    async fn apply_locks(&self, mut turn: WriteTurn<'_>, mut batch: Vec<Waiting<(LockOrder, bool), Result<LockAnswer, Status>>>) {
+        while !batch.is_empty() {
+            let rest = batch.split_off(batch.len().min(GROUP_CALLS_MAX));
+            let group = std::mem::replace(&mut batch, rest);
+            let requests: Vec<&(LockOrder, bool)> = group.iter().map(|w| &w.request).collect();
+            match self.try_apply_locks(&mut turn, &requests).await {
+                Ok(answers) => {
+                    turn.commit_taken();
+                    for (waiting, answer) in group.into_iter().zip(answers) {
+                        let _ = waiting.reply.send(answer);
+                    }
+                }
+                Err(status) => {
+                    turn.return_taken();
+                    for waiting in group {
+                        let _ = waiting.reply.send(Err(status.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    async fn try_apply_locks(
+        &self,
+        turn: &mut WriteTurn<'_>,
+        requests: &[&(LockOrder, bool)],
+    ) -> Result<Vec<Result<LockAnswer, Status>>, Status> {
+        let ids: Vec<&str> =
+            requests.iter().filter(|(_, legacy)| !legacy).map(|(order, _)| order.request_id.as_str()).collect();
+        let mut known: HashMap<String, LockAnswer> = HashMap::new();
+        if !ids.is_empty() {
+            let rows = lock::Entity::find().filter(lock::Column::LockKey.is_in(ids)).all(&self.db).await.map_err(db_error)?;
+            for row in rows {
+                tracing::info!(request_id = %row.request_id, state = ?row.state, "lock repeated, first answer returned");
+                known.insert(row.lock_key.clone(), LockAnswer::of(&row));
+            }
         }
         let txn = self.db.begin().await.map_err(db_error)?;
-        let stock = load_stock(&txn, &order.lines).await?;
-        let seq = turn.next_seq();
-        let key = if legacy { format!("legacy-{seq}") } else { order.request_id.clone() };
-        let answer = match shortage(&stock, &order.lines) {
-            Some(reason) => LockAnswer { state: LockState::Rejected, lock_id: String::new(), reason },
-            None => {
-                deduct(&txn, &stock, &order.lines).await?;
-                LockAnswer { state: LockState::Locked, lock_id: format!("LCK{seq:012}"), reason: String::new() }
+        let skus: Vec<&str> = requests.iter().flat_map(|(order, _)| order.lines.iter().map(|l| l.sku.as_str())).collect();
+        let mut stock = load_levels(&txn, &skus).await?;
+        let mut touched: BTreeMap<String, i64> = BTreeMap::new();
+        let (mut locks, mut entries) = (Vec::new(), Vec::new());
+        let mut answers = Vec::with_capacity(requests.len());
+        let now_ms = self.clock.now_ms();
+        for (order, legacy) in requests {
+            if !legacy && let Some(answer) = known.get(&order.request_id) {
+                answers.push(Ok(answer.clone()));
+                continue;
             }
-        };
-        self.record_lock(&txn, &order, key, &answer, seq).await?;
+            if let Some(unknown) = order.lines.iter().find(|line| !stock.contains_key(&line.sku)) {
+                answers.push(Err(Status::invalid_argument(format!("unknown sku {:?}", unknown.sku))));
+                continue;
+            }
+            let seq = turn.next_seq();
+            let key = if *legacy { format!("legacy-{seq}") } else { order.request_id.clone() };
+            let answer = match shortage(&stock, &order.lines) {
+                Some(reason) => LockAnswer { state: LockState::Rejected, lock_id: String::new(), reason },
+                None => {
+                    for line in &order.lines {
+                        let level = stock.entry(line.sku.clone()).or_default();
+                        *level -= line.quantity;
+                        touched.insert(line.sku.clone(), *level);
+                    }
+                    LockAnswer { state: LockState::Locked, lock_id: format!("LCK{seq:012}"), reason: String::new() }
+                }
+            };
+            let (row, entry) = lock_rows(order, key, &answer, seq, now_ms)?;
+            locks.push(row);
+            entries.push(entry);
+            tracing::info!(request_id = %order.request_id, state = ?answer.state, lock_id = %answer.lock_id, legacy, "lock applied");
+            if !legacy {
+                known.insert(order.request_id.clone(), answer.clone());
+            }
+            answers.push(Ok(answer));
+        }
+        set_levels(&txn, &touched).await?;
+        for chunk in locks.chunks(INSERT_ROWS_MAX) {
+            lock::Entity::insert_many(chunk.to_vec()).exec_without_returning(&txn).await.map_err(db_error)?;
+        }
+        for chunk in entries.chunks(INSERT_ROWS_MAX) {
+            ledger::Entity::insert_many(chunk.to_vec()).exec_without_returning(&txn).await.map_err(db_error)?;
+        }
         txn.commit().await.map_err(db_error)?;
-        turn.committed();
-        tracing::info!(request_id = %order.request_id, state = ?answer.state, lock_id = %answer.lock_id, legacy, "lock applied");
-        Ok(answer)
+        Ok(answers)
     }
 
     /// ReverseLock. `window_ms` is the irreversibility window in force (`None`: never).
@@ -188,36 +268,6 @@ impl Ledger {
             .map_err(db_error)?;
         let live = rows.iter().find(|row| row.state == LockState::Locked).cloned();
         Ok(live.or_else(|| rows.into_iter().next()))
-    }
-
-    async fn record_lock(
-        &self,
-        txn: &DatabaseTransaction,
-        order: &LockOrder,
-        key: String,
-        answer: &LockAnswer,
-        seq: u64,
-    ) -> Result<(), Status> {
-        let now_ms = self.clock.now_ms();
-        let lines = lines_json(&order.lines)?;
-        let row = lock::ActiveModel {
-            lock_key: Set(key),
-            request_id: Set(order.request_id.clone()),
-            order_no: Set(order.order_no.clone()),
-            state: Set(answer.state),
-            lock_id: Set(answer.lock_id.clone()),
-            reason: Set(answer.reason.clone()),
-            voucher: Set(order.voucher.clone()),
-            lines: Set(lines.clone()),
-            created_seq: Set(seq_i64(seq)),
-            created_at_ms: Set(now_ms),
-            updated_at_ms: Set(now_ms),
-        };
-        lock::Entity::insert(row).exec_without_returning(txn).await.map_err(db_error)?;
-        let kind = if answer.state == LockState::Locked { LedgerKind::Lock } else { LedgerKind::Reject };
-        let entry =
-            Entry { seq, kind, request_id: &order.request_id, lock_id: &answer.lock_id, order_no: &order.order_no };
-        append(txn, entry, lines, now_ms).await
     }
 
     async fn tombstone(&self, mut turn: WriteTurn<'_>, order: ReverseOrder) -> Result<ReverseAnswer, Status> {
@@ -302,6 +352,41 @@ pub fn reversible(row: &lock::Model, window_ms: Option<i64>, now_ms: i64) -> boo
     row.state == LockState::Locked && window_ms.is_none_or(|window| now_ms.saturating_sub(row.created_at_ms) < window)
 }
 
+/// The lock row and the ledger entry a LockStock call that applied writes.
+fn lock_rows(
+    order: &LockOrder,
+    key: String,
+    answer: &LockAnswer,
+    seq: u64,
+    now_ms: i64,
+) -> Result<(lock::ActiveModel, ledger::ActiveModel), Status> {
+    let lines = lines_json(&order.lines)?;
+    let row = lock::ActiveModel {
+        lock_key: Set(key),
+        request_id: Set(order.request_id.clone()),
+        order_no: Set(order.order_no.clone()),
+        state: Set(answer.state),
+        lock_id: Set(answer.lock_id.clone()),
+        reason: Set(answer.reason.clone()),
+        voucher: Set(order.voucher.clone()),
+        lines: Set(lines.clone()),
+        created_seq: Set(seq_i64(seq)),
+        created_at_ms: Set(now_ms),
+        updated_at_ms: Set(now_ms),
+    };
+    let kind = if answer.state == LockState::Locked { LedgerKind::Lock } else { LedgerKind::Reject };
+    let entry = ledger::ActiveModel {
+        seq: Set(seq_i64(seq)),
+        kind: Set(kind),
+        request_id: Set(order.request_id.clone()),
+        lock_id: Set(answer.lock_id.clone()),
+        order_no: Set(order.order_no.clone()),
+        lines: Set(lines),
+        at_ms: Set(now_ms),
+    };
+    Ok((row, entry))
+}
+
 /// The identity part of a ledger entry.
 struct Entry<'a> {
     seq: u64,
@@ -325,15 +410,18 @@ async fn append(txn: &DatabaseTransaction, entry: Entry<'_>, lines: String, at_m
     Ok(())
 }
 
-/// The stock rows of the order's SKUs; an unknown SKU is the caller's error.
-async fn load_stock(txn: &impl ConnectionTrait, lines: &[Line]) -> Result<HashMap<String, i64>, Status> {
-    let skus: Vec<&str> = lines.iter().map(|line| line.sku.as_str()).collect();
-    let rows = stock::Entity::find().filter(stock::Column::Sku.is_in(skus)).all(txn).await.map_err(db_error)?;
-    let stock: HashMap<String, i64> = rows.into_iter().map(|row| (row.sku, row.available)).collect();
-    match lines.iter().find(|line| !stock.contains_key(&line.sku)) {
-        Some(unknown) => Err(Status::invalid_argument(format!("unknown sku {:?}", unknown.sku))),
-        None => Ok(stock),
+/// The stock levels of `skus` that exist (an unknown SKU is left out: the caller's error).
+async fn load_levels(txn: &impl ConnectionTrait, skus: &[&str]) -> Result<HashMap<String, i64>, Status> {
+    let mut unique: Vec<&str> = skus.to_vec();
+    unique.sort_unstable();
+    unique.dedup();
+    let mut levels = HashMap::with_capacity(unique.len());
+    for chunk in unique.chunks(SEED_BATCH_ROWS) {
+        let rows =
+            stock::Entity::find().filter(stock::Column::Sku.is_in(chunk.to_vec())).all(txn).await.map_err(db_error)?;
+        levels.extend(rows.into_iter().map(|row| (row.sku, row.available)));
     }
+    Ok(levels)
 }
 
 /// Why the order cannot be served from `stock`, if it cannot.
@@ -345,12 +433,18 @@ fn shortage(stock: &HashMap<String, i64>, lines: &[Line]) -> Option<String> {
     })
 }
 
-async fn deduct(txn: &DatabaseTransaction, stock: &HashMap<String, i64>, lines: &[Line]) -> Result<(), Status> {
-    for line in lines {
-        let available = stock.get(&line.sku).copied().unwrap_or(0);
+/// Writes the new levels of the SKUs a group changed: one statement per chunk of SKUs.
+async fn set_levels(txn: &DatabaseTransaction, levels: &BTreeMap<String, i64>) -> Result<(), Status> {
+    let levels: Vec<(&String, &i64)> = levels.iter().collect();
+    for chunk in levels.chunks(INSERT_ROWS_MAX) {
+        let mut case = Expr::case(stock::Column::Sku.eq(chunk[0].0.as_str()), *chunk[0].1);
+        for (sku, level) in &chunk[1..] {
+            case = case.case(stock::Column::Sku.eq(sku.as_str()), **level);
+        }
+        let skus: Vec<&str> = chunk.iter().map(|(sku, _)| sku.as_str()).collect();
         stock::Entity::update_many()
-            .col_expr(stock::Column::Available, Expr::value(available - line.quantity))
-            .filter(stock::Column::Sku.eq(line.sku.as_str()))
+            .col_expr(stock::Column::Available, case.finally(Expr::col(stock::Column::Available)).into())
+            .filter(stock::Column::Sku.is_in(skus))
             .exec(txn)
             .await
             .map_err(db_error)?;

@@ -199,6 +199,43 @@ async fn concurrent_repeats_deduct_once() {
     mock.stop().await;
 }
 
+// Many distinct calls at once land in shared group transactions: each must still be applied as
+// if alone (stock never oversold, a repeat answered like its first call, no ledger gaps).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_applied_in_groups_keep_stock_and_repeats_exact() {
+    let db = TempDb::new();
+    let mut mock = Mock::start(config(&db.url())).await;
+    let calls = (0..40).map(|n| {
+        let mut wms = mock.wms.clone();
+        tokio::spawn(async move {
+            // 20 ids, each sent twice; 10 units each of a SKU holding 100: ten can be locked.
+            let id = format!("g{}", n % 20);
+            let request = pb::LockStockRequest {
+                request_id: id.clone(),
+                order_no: format!("o-{id}"),
+                lines: vec![pb::SkuLine { sku: "SKU-0003".to_owned(), quantity: 10 }],
+                reversal_voucher: format!("v-{id}"),
+            };
+            (id, wms.lock_stock(request).await.expect("lock").into_inner())
+        })
+    });
+    let answers: Vec<(String, pb::LockStockResponse)> =
+        futures::future::join_all(calls).await.into_iter().map(|joined| joined.expect("call task")).collect();
+    let mut by_id: std::collections::BTreeMap<String, Vec<pb::LockStockResponse>> = Default::default();
+    for (id, answer) in answers {
+        by_id.entry(id).or_default().push(answer);
+    }
+    assert!(by_id.values().all(|pair| pair.len() == 2 && pair[0] == pair[1]), "a repeat got another answer: {by_id:?}");
+    let locked = by_id.values().filter(|pair| pair[0].state() == LockState::Locked).count();
+    let rejected = by_id.values().filter(|pair| pair[0].state() == LockState::Rejected).count();
+    assert_eq!((locked, rejected), (10, 10));
+    assert_eq!(mock.stock("SKU-0003").await, 0);
+    let ledger = mock.ledger().await;
+    let seqs: Vec<u64> = ledger.iter().map(|entry| entry.seq).collect();
+    assert_eq!(seqs, (1..=20).collect::<Vec<u64>>(), "one entry per distinct id, numbered without gaps");
+    mock.stop().await;
+}
+
 #[tokio::test]
 async fn query_reflects_every_state() {
     let db = TempDb::new();
