@@ -304,7 +304,7 @@ fn markdown(report: &BenchReport) -> String {
     out.push_str(&summary_markdown(report));
     out.push_str("\n## Phases\n\n");
     out.push_str(
-        "| system | phase | consumers | offered msg/s | messages | finished | msg/s | p50 ms | p99 ms | added p50 ms | added p99 ms | call mean ms | write txns/msg | transitions/msg | MariaDB commits/msg | MariaDB write stmts/msg | MariaDB fsyncs/msg | RSS MiB | in flight/consumer max | rebalances | duplicates | violations | lost | drained | load avg |\n",
+        "| system | phase | consumers | offered msg/s | messages | finished | msg/s | p50 ms | p99 ms | added p50 ms | added p99 ms | call mean ms | write txns/msg | transitions/msg | MariaDB commits/msg | MariaDB write stmts/msg | MariaDB log writes/msg | RSS MiB | in flight/consumer max | rebalances | duplicates | violations | lost | drained | load avg |\n",
     );
     out.push_str(
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
@@ -329,7 +329,7 @@ fn markdown(report: &BenchReport) -> String {
             opt_f(p.transitions_per_msg, 2),
             opt_f(p.mysql.map(|m| m.com_commit_per_msg), 3),
             opt_f(p.mysql.map(|m| m.write_statements_per_msg), 2),
-            opt_f(p.mysql.map(|m| m.log_fsyncs_per_msg), 3),
+            opt_f(p.mysql.map(|m| m.log_writes_per_msg), 3),
             p.rss_mib,
             p.in_flight_per_consumer_max,
             p.rebalances,
@@ -353,7 +353,7 @@ fn markdown(report: &BenchReport) -> String {
 
 fn phases_csv(report: &BenchReport) -> String {
     let mut out = String::from(
-        "system,phase,consumers,offered_per_s,messages,finished,msgs_per_s,p50_ms,p99_ms,added_p50_ms,added_p99_ms,call_mean_ms,write_txns_per_msg,transitions_per_msg,mysql_commits_per_msg,mysql_write_statements_per_msg,mysql_fsyncs_per_msg,rss_mib,in_flight_per_consumer_max,rebalances,duplicates,violations,lost,drained,load_avg_start,load_avg_end\n",
+        "system,phase,consumers,offered_per_s,messages,finished,msgs_per_s,p50_ms,p99_ms,added_p50_ms,added_p99_ms,call_mean_ms,write_txns_per_msg,transitions_per_msg,mysql_commits_per_msg,mysql_write_statements_per_msg,mysql_log_writes_per_msg,rss_mib,in_flight_per_consumer_max,rebalances,duplicates,violations,lost,drained,load_avg_start,load_avg_end\n",
     );
     let csv = |v: Option<String>| v.unwrap_or_default();
     for p in phases(report) {
@@ -376,7 +376,7 @@ fn phases_csv(report: &BenchReport) -> String {
             csv(p.transitions_per_msg.map(|v| format!("{v:.3}"))),
             csv(p.mysql.map(|m| format!("{:.4}", m.com_commit_per_msg))),
             csv(p.mysql.map(|m| format!("{:.3}", m.write_statements_per_msg))),
-            csv(p.mysql.map(|m| format!("{:.4}", m.log_fsyncs_per_msg))),
+            csv(p.mysql.map(|m| format!("{:.4}", m.log_writes_per_msg))),
             p.rss_mib,
             p.in_flight_per_consumer_max,
             p.rebalances,
