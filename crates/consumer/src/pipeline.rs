@@ -70,6 +70,9 @@ struct Durable {
     now_ms: i64,
     parked: HashSet<String>,
     duplicates: u64,
+    /// Fresh rows whose order may have an earlier unfinished saga: their drivers ask again
+    /// when they start; the others skip the question (one query for the batch instead).
+    maybe_blocked: HashSet<String>,
 }
 
 impl<D: Downstream> Pipeline<D> {
@@ -190,7 +193,15 @@ impl<D: Downstream> Pipeline<D> {
         let parked = poison.iter().map(|p| p.saga.biz_id.clone()).collect();
         let leased_at = Instant::now();
         let arrivals = self.store.insert_arrivals(&sagas, &self.owner, self.lease_ms, &self.actor).await?;
-        Ok(Durable { arrivals, leased_at, now_ms, parked, duplicates })
+        let fresh: Vec<&Saga> = arrivals
+            .iter()
+            .filter_map(|arrival| match arrival {
+                Arrival::Fresh(saga) => Some(saga),
+                Arrival::Existing(_) => None,
+            })
+            .collect();
+        let maybe_blocked = self.store.maybe_blocked(&fresh).await?;
+        Ok(Durable { arrivals, leased_at, now_ms, parked, duplicates, maybe_blocked })
     }
 
     /// Commits offsets of a durable batch, asynchronously: a failed commit is superseded by
@@ -210,7 +221,7 @@ impl<D: Downstream> Pipeline<D> {
     }
 
     fn schedule(&mut self, durable: Durable) {
-        let Durable { arrivals, leased_at, now_ms, parked, .. } = durable;
+        let Durable { arrivals, leased_at, now_ms, parked, maybe_blocked, .. } = durable;
         for arrival in arrivals {
             match arrival {
                 Arrival::Fresh(saga) => {
@@ -222,7 +233,11 @@ impl<D: Downstream> Pipeline<D> {
                     self.scheduler.accept(Job {
                         biz_id,
                         order_no,
-                        kind: JobKind::Fresh { saga: Box::new(saga), leased_at },
+                        kind: JobKind::Fresh {
+                            order_checked: !maybe_blocked.contains(&saga.biz_id),
+                            saga: Box::new(saga),
+                            leased_at,
+                        },
                     });
                 }
                 Arrival::Existing(saga) if parked.contains(&saga.biz_id) => {}

@@ -30,7 +30,8 @@ pub(crate) struct Job {
 #[derive(Debug)]
 pub(crate) enum JobKind {
     /// A row this process just inserted and holds the lease of (since `leased_at`).
-    Fresh { saga: Box<Saga>, leased_at: Instant },
+    /// With `order_checked`, no earlier saga of its order was unfinished once the row was in.
+    Fresh { saga: Box<Saga>, leased_at: Instant, order_checked: bool },
     /// A redelivered row whose lease expired: claim it through the recovery worker's CAS path.
     Claim,
 }
@@ -188,7 +189,9 @@ impl<D: Downstream> Scheduler<D> {
         let task_order_no = order_no.clone();
         let handle = self.tasks.spawn(async move {
             let how = match kind {
-                JobKind::Fresh { saga, leased_at } => How::Drove(driver.drive(*saga, leased_at).await),
+                JobKind::Fresh { saga, leased_at, order_checked } => {
+                    How::Drove(driver.drive_fresh(*saga, leased_at, order_checked).await)
+                }
                 JobKind::Claim => driver.claim_and_drive(&task_biz_id).await.map_or(How::ClaimLost, How::Drove),
             };
             Ended { biz_id: task_biz_id, order_no: task_order_no, how }

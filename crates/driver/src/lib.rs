@@ -63,6 +63,8 @@ struct Held {
     saga: Saga,
     lease_valid_until: Instant,
     call_ms: Option<u64>,
+    /// The caller found no earlier unfinished saga of the order after the row was inserted.
+    order_checked: bool,
 }
 
 impl<D: Downstream> Driver<D> {
@@ -122,16 +124,25 @@ impl<D: Downstream> Driver<D> {
     /// is lost, handed off or stopped. `leased_at` is when the write that gave the lease was sent.
     /// The drive is one `saga.drive` span in the trace stored on the row.
     pub async fn drive(&self, saga: Saga, leased_at: Instant) -> Outcome {
+        self.drive_fresh(saga, leased_at, false).await
+    }
+
+    /// [`Driver::drive`] for a fresh inbox row. With `order_checked` the caller asked the store,
+    /// after inserting the row, whether an earlier saga of its order is unfinished
+    /// ([`Store::maybe_blocked`], one query per batch) and the answer was no; the drive then
+    /// skips that same question per saga. The answer cannot go stale: earlier offsets of a
+    /// partition are inserted before later ones, so no earlier saga appears afterwards.
+    pub async fn drive_fresh(&self, saga: Saga, leased_at: Instant, order_checked: bool) -> Outcome {
         let span = telemetry::drive_span(&saga, &self.actor);
         let running = telemetry::Running::start(&self.actor);
-        let outcome = self.drive_held(saga, leased_at).instrument(span.clone()).await;
+        let outcome = self.drive_held(saga, leased_at, order_checked).instrument(span.clone()).await;
         running.ended(&outcome, &span);
         outcome
     }
 
-    async fn drive_held(&self, saga: Saga, leased_at: Instant) -> Outcome {
+    async fn drive_held(&self, saga: Saga, leased_at: Instant, order_checked: bool) -> Outcome {
         let lease_valid_until = leased_at + self.settings.lease();
-        let mut held = Held { saga, lease_valid_until, call_ms: None };
+        let mut held = Held { saga, lease_valid_until, call_ms: None, order_checked };
         match self.run(&mut held).await {
             Ok(outcome) => outcome,
             Err(error) => {
@@ -142,7 +153,8 @@ impl<D: Downstream> Driver<D> {
     }
 
     async fn run(&self, held: &mut Held) -> Result<Outcome, midflight_store::Error> {
-        if let Some(earlier) = self.blocked_by(&held.saga).await? {
+        let earlier = if held.order_checked { None } else { self.blocked_by(&held.saga).await? };
+        if let Some(earlier) = earlier {
             tracing::debug!(biz_id = %held.saga.biz_id, earlier, "waiting for an earlier saga of the order");
             return self.release(held).await.map(|_| Outcome::HandedOff);
         }

@@ -13,6 +13,12 @@
 //! `concurrency` transaction slots, then takes whatever else queued meanwhile (up to `max`).
 //! Nothing waits on a timer: at low load a group is one transition; under load it is what
 //! arrived while the previous groups committed.
+//!
+//! Each member's compare-and-set is its own statement. Sending a group's statements as one
+//! multi-statement request (values written into the text) was measured and dropped: on this
+//! box MariaDB spent on parsing the text what the round trips had cost, the store benchmark
+//! went from 3,604 to 3,308 sagas/s on MariaDB and from 3,754 to 2,514 on SQLite, and the full
+//! system stayed within noise (BENCHMARKS.md).
 
 use std::sync::Arc;
 
@@ -105,3 +111,4 @@ impl Store {
         Ok(applied)
     }
 }
+

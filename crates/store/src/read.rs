@@ -9,7 +9,8 @@ use crate::entity::{orders, saga, saga_transition};
 use crate::error::{Context, Error};
 use crate::lease::{active_list, terminal_list};
 use crate::row::{self};
-use crate::{Store, dialect};
+use crate::{BATCH_ROWS_MAX, Store, dialect};
+use std::collections::{HashMap, HashSet};
 
 /// One row of the transition log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -198,6 +199,45 @@ impl Store {
             out.push((status, u64::try_from(count).unwrap_or(0), oldest));
         }
         Ok(out)
+    }
+
+    /// Of `sagas` (rows just inserted), the biz_ids that may have to wait for an earlier
+    /// unfinished saga of their order on their partition: [`Store::earlier_unfinished`] for a
+    /// whole batch in one query per chunk. A saga not returned has no such predecessor now.
+    pub async fn maybe_blocked(&self, sagas: &[&Saga]) -> Result<HashSet<String>, Error> {
+        let mut first_unfinished: HashMap<(String, String, i32), i64> = HashMap::new();
+        for chunk in sagas.chunks(BATCH_ROWS_MAX) {
+            let mut orders: Vec<&str> = chunk.iter().map(|s| s.order_no.as_str()).collect();
+            orders.sort_unstable();
+            orders.dedup();
+            let sql = format!(
+                "SELECT order_no, src_topic, src_partition, MIN(src_offset) AS first_offset FROM saga \
+                 WHERE order_no IN ({}) AND status NOT IN ({}) GROUP BY order_no, src_topic, src_partition",
+                dialect::placeholders(orders.len()),
+                terminal_list()
+            );
+            let values: Vec<Value> = orders.iter().map(|o| Value::from(*o)).collect();
+            let rows = self
+                .db
+                .query_all_raw(Statement::from_sql_and_values(self.backend, sql, values))
+                .await
+                .during("check earlier sagas of a batch's orders", None)?;
+            for row in rows {
+                let order: String = row.try_get("", "order_no").during("read earlier sagas", None)?;
+                let topic: String = row.try_get("", "src_topic").during("read earlier sagas", None)?;
+                let partition: i32 = row.try_get("", "src_partition").during("read earlier sagas", None)?;
+                let first: i64 = row.try_get("", "first_offset").during("read earlier sagas", None)?;
+                first_unfinished.insert((order, topic, partition), first);
+            }
+        }
+        Ok(sagas
+            .iter()
+            .filter(|saga| {
+                let key = (saga.order_no.clone(), saga.source.topic.clone(), saga.source.partition);
+                first_unfinished.get(&key).is_some_and(|first| *first < saga.source.offset)
+            })
+            .map(|saga| saga.biz_id.clone())
+            .collect())
     }
 
     /// Sagas in `status` (served by the `saga_recovery` index: one range, no table rows read).

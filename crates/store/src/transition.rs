@@ -110,23 +110,16 @@ impl Store {
     pub(crate) async fn write_members(&self, txn: &DatabaseTransaction, members: &[Member]) -> Result<Vec<bool>, Error> {
         let mut applied = Vec::with_capacity(members.len());
         for member in members {
-            applied.push(self.update_row(txn, &member.before, &member.next, member.lease_ms()).await?);
+            let result = txn
+                .execute_raw(self.update_statement(member))
+                .await
+                .during("compare-and-set saga", Some(&member.before.biz_id))?;
+            applied.push(result.rows_affected() == 1);
         }
-        let written: Vec<&Member> = members.iter().zip(&applied).filter(|(_, ok)| **ok).map(|(m, _)| m).collect();
-        self.log_edges(txn, &written).await?;
-        let inserts: Vec<&Saga> =
-            written.iter().filter(|m| m.change.business == Some(BusinessWrite::Write)).map(|m| &m.next).collect();
-        self.insert_orders(txn, &inserts).await?;
-        for member in &written {
-            match member.change.business {
-                Some(write @ (BusinessWrite::Fulfil | BusinessWrite::Reverse)) => {
-                    self.business_write(txn, &member.next, write).await?;
-                }
-                Some(BusinessWrite::Write) | None => {}
-            }
+        let written = written(members, &applied);
+        for step in self.follow_ups(&written) {
+            txn.execute_raw(step.statement).await.during(step.operation, Some(&step.biz_id))?;
         }
-        let notified: Vec<&Saga> = written.iter().filter(|m| m.change.notify).map(|m| &m.next).collect();
-        self.insert_outbox(txn, &notified).await?;
         for member in &written {
             if let Some(ticket) = &member.change.ticket {
                 self.open_ticket(txn, &member.next, ticket, &member.actor).await?;
@@ -135,14 +128,10 @@ impl Store {
         Ok(applied)
     }
 
-    /// The compare-and-set itself. Returns whether the row matched.
-    async fn update_row(
-        &self,
-        txn: &DatabaseTransaction,
-        before: &Saga,
-        next: &Saga,
-        lease_ms: i64,
-    ) -> Result<bool, Error> {
+    /// The compare-and-set of one member: its UPDATE matches only the version and lease epoch
+    /// it read, so one row affected means applied and none means conflict.
+    fn update_statement(&self, member: &Member) -> Statement {
+        let (before, next) = (&member.before, &member.next);
         let now = dialect::now_ms(self.backend);
         let sql = format!(
             "UPDATE saga SET status = ?, version = ?, wms_request_id = ?, wms_voucher = ?, wms_locked_at_ms = ?, \
@@ -164,20 +153,45 @@ impl Store {
             next.next_attempt_at_ms.into(),
             next.last_error.as_deref().map(|e| fit(e, 1024)).into(),
             next.updated_at_ms.into(),
-            lease_ms.into(),
+            member.lease_ms().into(),
             before.biz_id.clone().into(),
             signed(before.version).into(),
             signed(before.lease.epoch).into(),
         ];
-        let result = txn
-            .execute_raw(Statement::from_sql_and_values(self.backend, sql, values))
-            .await
-            .during("compare-and-set saga", Some(&before.biz_id))?;
-        Ok(result.rows_affected() == 1)
+        Statement::from_sql_and_values(self.backend, sql, values)
     }
 
-    /// The log rows of every member's edges, in multi-row INSERTs.
-    async fn log_edges(&self, txn: &DatabaseTransaction, members: &[&Member]) -> Result<(), Error> {
+    /// Everything the applied members write besides their compare-and-set and tickets (a
+    /// ticket reads the log first, so the caller opens it after these): log rows, business
+    /// rows, outbox rows. Rows of one kind share multi-row statements.
+    fn follow_ups(&self, written: &[&Member]) -> Vec<FollowUp> {
+        let mut steps = Vec::new();
+        self.log_rows(written, &mut steps);
+        let inserts: Vec<&Saga> =
+            written.iter().filter(|m| m.change.business == Some(BusinessWrite::Write)).map(|m| &m.next).collect();
+        self.insert_orders(&inserts, &mut steps);
+        let fulfilled: Vec<&Saga> =
+            written.iter().filter(|m| m.change.business == Some(BusinessWrite::Fulfil)).map(|m| &m.next).collect();
+        self.fulfil_orders(&fulfilled, &mut steps);
+        for member in written.iter().filter(|m| m.change.business == Some(BusinessWrite::Reverse)) {
+            let saga = &member.next;
+            steps.push(FollowUp {
+                statement: Statement::from_sql_and_values(
+                    self.backend,
+                    "UPDATE orders SET status = 'REVERSED', updated_at_ms = ? WHERE biz_id = ?",
+                    [saga.updated_at_ms.into(), saga.biz_id.clone().into()],
+                ),
+                operation: "write business row",
+                biz_id: saga.biz_id.clone(),
+            });
+        }
+        let notified: Vec<&Saga> = written.iter().filter(|m| m.change.notify).map(|m| &m.next).collect();
+        self.insert_outbox(&notified, &mut steps);
+        steps
+    }
+
+    /// The log rows of every member's edges.
+    fn log_rows(&self, members: &[&Member], steps: &mut Vec<FollowUp>) {
         let mut rows: Vec<[Value; 8]> = Vec::new();
         for member in members {
             for (index, (from, to, version)) in member.change.edges(&member.before).into_iter().enumerate() {
@@ -197,44 +211,46 @@ impl Store {
             }
         }
         let now = dialect::now_ms(self.backend);
-        let first = members.first().map(|m| m.before.biz_id.as_str());
+        let first = members.first().map(|m| m.before.biz_id.clone()).unwrap_or_default();
         self.insert_rows(
-            txn,
             "INSERT INTO saga_transition (biz_id, version, from_status, to_status, lease_epoch, actor, reason, at_ms, call_ms) VALUES",
             &format!("(?, ?, ?, ?, ?, ?, ?, {now}, ?)"),
             "",
             rows,
-            ("append transition log", first),
-        )
-        .await
+            ("append transition log", &first),
+            steps,
+        );
     }
 
     /// `rows` as multi-row INSERTs of `head`, one `row` template each, then `tail`, in chunks
     /// of power-of-two sizes (so each connection keeps a few statement shapes prepared).
-    async fn insert_rows<const N: usize>(
+    fn insert_rows<const N: usize>(
         &self,
-        txn: &DatabaseTransaction,
         head: &str,
         row: &str,
         tail: &str,
         rows: Vec<[Value; N]>,
-        (operation, biz_id): (&'static str, Option<&str>),
-    ) -> Result<(), Error> {
+        (operation, biz_id): (&'static str, &str),
+        steps: &mut Vec<FollowUp>,
+    ) {
         let mut rows = rows.into_iter();
         let mut left = rows.len();
         while left > 0 {
             let chunk = chunk_size(left);
             let sql = format!("{head} {}{tail}", vec![row; chunk].join(", "));
             let values: Vec<Value> = rows.by_ref().take(chunk).flatten().collect();
-            txn.execute_raw(Statement::from_sql_and_values(self.backend, sql, values)).await.during(operation, biz_id)?;
+            steps.push(FollowUp {
+                statement: Statement::from_sql_and_values(self.backend, sql, values),
+                operation,
+                biz_id: biz_id.to_owned(),
+            });
             left -= chunk;
         }
-        Ok(())
     }
 
-    /// Step 1's business rows (`BusinessWrite::Write`) of `sagas`, in multi-row INSERTs; a row
-    /// that exists already is left alone (the unique biz_id absorbs a repeat).
-    async fn insert_orders(&self, txn: &DatabaseTransaction, sagas: &[&Saga]) -> Result<(), Error> {
+    /// Step 1's business rows (`BusinessWrite::Write`); a row that exists already is left
+    /// alone (the unique biz_id absorbs a repeat).
+    fn insert_orders(&self, sagas: &[&Saga], steps: &mut Vec<FollowUp>) {
         let rows: Vec<[Value; 6]> = sagas
             .iter()
             .map(|saga| {
@@ -249,37 +265,48 @@ impl Store {
                 ]
             })
             .collect();
+        let first = sagas.first().map(|s| s.biz_id.clone()).unwrap_or_default();
         self.insert_rows(
-            txn,
             "INSERT INTO orders (biz_id, order_no, event_type, status, amount_cents, tracking_no, created_at_ms, updated_at_ms) VALUES",
             "(?, ?, ?, 'FULFILLING', ?, NULL, ?, ?)",
             &dialect::on_conflict_do_nothing(self.backend, "biz_id"),
             rows,
-            ("write business row", sagas.first().map(|s| s.biz_id.as_str())),
-        )
-        .await
+            ("write business row", &first),
+            steps,
+        );
     }
 
-    async fn business_write(&self, txn: &DatabaseTransaction, saga: &Saga, write: BusinessWrite) -> Result<(), Error> {
-        let (sql, values): (String, Vec<Value>) = match write {
-            BusinessWrite::Write => return self.insert_orders(txn, &[saga]).await,
-            BusinessWrite::Fulfil => (
-                "UPDATE orders SET status = 'SHIPPED', tracking_no = ?, updated_at_ms = ? WHERE biz_id = ?".to_owned(),
-                vec![saga.tracking_no.clone().into(), saga.updated_at_ms.into(), saga.biz_id.clone().into()],
-            ),
-            BusinessWrite::Reverse => (
-                "UPDATE orders SET status = 'REVERSED', updated_at_ms = ? WHERE biz_id = ?".to_owned(),
-                vec![saga.updated_at_ms.into(), saga.biz_id.clone().into()],
-            ),
-        };
-        txn.execute_raw(Statement::from_sql_and_values(self.backend, sql, values))
-            .await
-            .during("write business row", Some(&saga.biz_id))?;
-        Ok(())
+    /// Marks business rows shipped with their tracking numbers (`BusinessWrite::Fulfil`): one
+    /// UPDATE per power-of-two chunk, each row's values picked by its biz_id.
+    fn fulfil_orders(&self, sagas: &[&Saga], steps: &mut Vec<FollowUp>) {
+        let mut left = sagas;
+        while !left.is_empty() {
+            let (chunk, rest) = left.split_at(chunk_size(left.len()));
+            left = rest;
+            let cases = vec!["WHEN ? THEN ?"; chunk.len()].join(" ");
+            let sql = format!(
+                "UPDATE orders SET status = 'SHIPPED', tracking_no = CASE biz_id {cases} END, \
+                 updated_at_ms = CASE biz_id {cases} END WHERE biz_id IN ({})",
+                dialect::placeholders(chunk.len())
+            );
+            let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 5);
+            for saga in chunk {
+                values.extend([saga.biz_id.clone().into(), saga.tracking_no.clone().into()]);
+            }
+            for saga in chunk {
+                values.extend([saga.biz_id.clone().into(), saga.updated_at_ms.into()]);
+            }
+            values.extend(chunk.iter().map(|saga| Value::from(saga.biz_id.clone())));
+            steps.push(FollowUp {
+                statement: Statement::from_sql_and_values(self.backend, sql, values),
+                operation: "mark business rows shipped",
+                biz_id: chunk.first().map(|s| s.biz_id.clone()).unwrap_or_default(),
+            });
+        }
     }
 
-    /// The notifications' outbox rows of `sagas`, in multi-row INSERTs.
-    async fn insert_outbox(&self, txn: &DatabaseTransaction, sagas: &[&Saga]) -> Result<(), Error> {
+    /// The notifications' outbox rows.
+    fn insert_outbox(&self, sagas: &[&Saga], steps: &mut Vec<FollowUp>) {
         let rows: Vec<[Value; 4]> = sagas
             .iter()
             .map(|saga| {
@@ -299,16 +326,29 @@ impl Store {
                 ]
             })
             .collect();
+        let first = sagas.first().map(|s| s.biz_id.clone()).unwrap_or_default();
         self.insert_rows(
-            txn,
             "INSERT INTO outbox (biz_id, payload, trace_context, created_at_ms, relay_owner, relay_until_ms, published_at_ms) VALUES",
             "(?, ?, ?, ?, NULL, 0, NULL)",
             &dialect::on_conflict_do_nothing(self.backend, "biz_id"),
             rows,
-            ("write outbox row", sagas.first().map(|s| s.biz_id.as_str())),
-        )
-        .await
+            ("write outbox row", &first),
+            steps,
+        );
     }
+}
+
+/// One statement of a transaction's follow-up writes, with what its error should name.
+#[derive(Debug)]
+struct FollowUp {
+    statement: Statement,
+    operation: &'static str,
+    biz_id: String,
+}
+
+/// The members whose compare-and-set applied.
+fn written<'a>(members: &'a [Member], applied: &[bool]) -> Vec<&'a Member> {
+    members.iter().zip(applied).filter(|(_, ok)| **ok).map(|(member, _)| member).collect()
 }
 
 /// The largest power of two up to `left` and [`INSERT_ROWS_MAX`].

@@ -299,6 +299,10 @@ async fn earlier_unfinished_saga_of_the_order_blocks(db: &TestDb) {
     let (first, second) = (arrivals[0].saga().clone(), arrivals[1].saga().clone());
     assert_eq!(store.earlier_unfinished(&second).await.expect("check"), Some(first.biz_id.clone()));
     assert_eq!(store.earlier_unfinished(&first).await.expect("check"), None);
+    // The batch form answers the same for both at once (another order's saga is never blocked).
+    let other = arrive(store, received(store, "O-8", 12).await, "c1", LEASE_MS).await;
+    let blocked = store.maybe_blocked(&[&first, &second, &other]).await.expect("batch check");
+    assert_eq!(blocked, std::collections::HashSet::from([second.biz_id.clone()]));
     let first = step(store, &first, Observation::Nothing).await;
     step(store, &first, Observation::Wms(WmsAnswer::Rejected { reason: "none".into() })).await;
     assert_eq!(
@@ -306,6 +310,7 @@ async fn earlier_unfinished_saga_of_the_order_blocks(db: &TestDb) {
         None,
         "a terminal predecessor no longer blocks"
     );
+    assert!(store.maybe_blocked(&[&second]).await.expect("batch check").is_empty());
 }
 both_engines!(per_order_check, earlier_unfinished_saga_of_the_order_blocks);
 

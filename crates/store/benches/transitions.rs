@@ -1,0 +1,119 @@
+//! How many sagas a second the saga store alone sustains on this box: inbox batches, then each
+//! saga's three transitions (business row + WMS intent, WMS answer + logistics intent,
+//! shipment + DONE + outbox), written by up to `IN_FLIGHT` concurrent drivers as the consumer
+//! does, with the downstream answers canned (no calls, no Kafka). Once with every transition in
+//! a transaction of its own, once with group commit, on SQLite and (when
+//! `MIDFLIGHT_TEST_MYSQL_URL` is set) MariaDB.
+//!
+//! Not a test: it prints one table row per engine and setting. Run:
+//! `MIDFLIGHT_TEST_MYSQL_URL=mysql://root@127.0.0.1:3306/test cargo bench -p midflight-store --bench transitions`.
+//! Knobs for diagnosis: `MIDFLIGHT_BENCH_SAGAS` (default 20,000), `MIDFLIGHT_BENCH_ENGINE`
+//! (`sqlite` or `mysql`: that engine only), `MIDFLIGHT_BENCH_GROUP` (that `group_commit_max` only).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use midflight_config::DatabaseSection;
+use midflight_model::{
+    Address, Line, LogisticsAnswer, Observation, OrderEvent, Plan, Rules, Saga, Source, WmsAnswer, plan,
+};
+use midflight_store::testing::{Engine, TestDb};
+use midflight_store::{Arrival, Cas, Store};
+use tokio::sync::Semaphore;
+
+const SAGAS_DEFAULT: usize = 20_000;
+/// Sagas in flight at once: the consumer's default `in_flight_max`.
+const IN_FLIGHT: usize = 2_000;
+/// Rows per inbox transaction: the consumer's default `batch_max`.
+const INBOX_BATCH: usize = 256;
+const LEASE_MS: i64 = 60_000;
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let sagas = std::env::var("MIDFLIGHT_BENCH_SAGAS").ok().and_then(|v| v.parse().ok()).unwrap_or(SAGAS_DEFAULT);
+    runtime.block_on(async {
+        println!("| engine | group_commit_max | sagas | sagas/s | transitions/s | write txns/saga | load avg |");
+        println!("|---|---|---|---|---|---|---|");
+        let only_engine = std::env::var("MIDFLIGHT_BENCH_ENGINE").ok();
+        let only_group: Option<usize> = std::env::var("MIDFLIGHT_BENCH_GROUP").ok().and_then(|v| v.parse().ok());
+        for engine in [Engine::Sqlite, Engine::MySql] {
+            let name = if engine == Engine::Sqlite { "sqlite" } else { "mysql" };
+            if only_engine.as_deref().is_some_and(|only| only != name) {
+                continue;
+            }
+            for group in [1, 256].into_iter().filter(|g| only_group.is_none_or(|only| only == *g)) {
+                let Some(db) = TestDb::fresh(engine).await else { continue };
+                println!("{}", bench(&db, group, sagas).await);
+            }
+        }
+    });
+}
+
+async fn bench(db: &TestDb, group_commit_max: usize, count: usize) -> String {
+    let max_connections = if db.engine == Engine::Sqlite { 4 } else { 16 };
+    let section =
+        DatabaseSection { url: db.url.clone(), max_connections, group_commit_max, ..DatabaseSection::default() };
+    let store = Store::connect(&section).await.expect("connect");
+    let now = store.now_ms().await.expect("clock");
+    let sagas: Vec<Saga> = (0..count).map(|n| saga(n, now)).collect();
+    let started = Instant::now();
+    let permits = Arc::new(Semaphore::new(IN_FLIGHT));
+    let mut drives = tokio::task::JoinSet::new();
+    for batch in sagas.chunks(INBOX_BATCH) {
+        let arrivals = store.insert_arrivals(batch, "bench", LEASE_MS, "consumer:bench").await.expect("inbox");
+        for arrival in arrivals {
+            let Arrival::Fresh(saga) = arrival else { panic!("fresh rows only") };
+            let permit = permits.clone().acquire_owned().await.expect("permit");
+            let store = store.clone();
+            drives.spawn(async move {
+                drive(&store, saga).await;
+                drop(permit);
+            });
+        }
+    }
+    while let Some(joined) = drives.join_next().await {
+        joined.expect("drive task");
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let stats = store.stats();
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    format!(
+        "| {} | {group_commit_max} | {count} | {:.0} | {:.0} | {:.3} | {} |",
+        if db.engine == Engine::Sqlite { "sqlite" } else { "mariadb" },
+        count as f64 / seconds,
+        stats.transitions as f64 / seconds,
+        stats.write_txns as f64 / count as f64,
+        load.split_whitespace().next().unwrap_or("?"),
+    )
+}
+
+/// The three writes of a saga that goes straight through, with canned answers.
+async fn drive(store: &Store, mut saga: Saga) {
+    let answers = [
+        Observation::Nothing,
+        Observation::Wms(WmsAnswer::Locked),
+        Observation::Logistics(LogisticsAnswer::Created { tracking_no: format!("TRK-{}", saga.biz_id) }),
+    ];
+    for observation in answers {
+        let now = store.now_ms().await.expect("clock");
+        let Plan::Write { change, .. } = plan(&saga, &observation, now, &Rules::default()) else {
+            panic!("{}: expected a write after {}", saga.biz_id, observation.label())
+        };
+        match store.write(&saga, &change, now, LEASE_MS, "consumer:bench").await.expect("write") {
+            Cas::Applied(next) => saga = next,
+            Cas::Conflict => panic!("{}: conflict", saga.biz_id),
+        }
+    }
+}
+
+fn saga(n: usize, now_ms: i64) -> Saga {
+    let event = OrderEvent {
+        order_no: format!("S-{n:07}"),
+        event_type: "PAID".into(),
+        lines: vec![Line { sku: format!("SKU-{:04}", n % 100 + 1), quantity: 1 }],
+        address: Address { region: "CN-ZJ".into(), city: "Hangzhou".into(), line: "1 West Lake Rd".into(), postal_code: String::new() },
+        amount_cents: 1_200,
+    };
+    let source = Source { topic: "orders".into(), partition: (n % 16) as i32, offset: (n / 16) as i64 };
+    Saga::received(&event, source, now_ms, now_ms + 600_000)
+}
