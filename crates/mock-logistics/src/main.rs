@@ -6,6 +6,11 @@
 use anyhow::Context;
 use midflight_mock_logistics::LogisticsConfig;
 
+/// glibc's allocator spent a third of this process's CPU under load (BENCHMARKS.md); mimalloc's
+/// per-thread free lists do not.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     midflight_service::main("mock-logistics", |config: LogisticsConfig, shutdown| async move {
         let listener = tokio::net::TcpListener::bind(&config.server.listen)

@@ -5,6 +5,11 @@ use std::process::ExitCode;
 
 use midflight_recovery::RecoveryConfig;
 
+/// glibc's allocator spent a third of this process's CPU under load (BENCHMARKS.md); mimalloc's
+/// per-thread free lists do not.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     midflight_service::main("recovery-worker", |config: RecoveryConfig, shutdown| {
         midflight_recovery::run(config, shutdown)
