@@ -1,7 +1,11 @@
 //! An estimate of the database clock that does not cost a round trip per read.
 //!
 //! The estimate is a database reading plus the monotonic time elapsed since it, re-read when
-//! older than [`REFRESH_AFTER`]; a jump of the worker's wall clock cannot move it.
+//! older than [`REFRESH_AFTER`]; a jump of the worker's wall clock cannot move it. Each reading
+//! is anchored at the start of its round trip, so the estimate is never behind the database
+//! clock (it may be ahead by one round trip; the two clocks drift apart by far less over five
+//! seconds): a row the database stamped with its `now` is in
+//! the past of every later estimate.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -21,8 +25,9 @@ pub struct DbClock {
 
 impl DbClock {
     pub async fn measure(db: &DatabaseConnection, backend: DbBackend) -> Result<DbClock, Error> {
+        let before = Instant::now();
         let db_ms = read(db, backend).await?;
-        Ok(DbClock { backend, reading: Arc::new(Mutex::new((Instant::now(), db_ms))) })
+        Ok(DbClock { backend, reading: Arc::new(Mutex::new((before, db_ms))) })
     }
 
     pub async fn now_ms(&self, db: &DatabaseConnection) -> Result<i64, Error> {
