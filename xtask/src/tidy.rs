@@ -491,7 +491,9 @@ fn cargo_metadata(root: &Path) -> anyhow::Result<Value> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let output = Command::new(cargo)
         .current_dir(root)
-        .args(["metadata", "--format-version", "1", "--offline"])
+        // Offline, and only this machine's platform: the build has fetched exactly those
+        // packages, while other platforms' dependencies may never have been downloaded here.
+        .args(["metadata", "--format-version", "1", "--offline", "--filter-platform", "host-tuple"])
         .output()
         .context("cannot run cargo metadata")?;
     if !output.status.success() {
