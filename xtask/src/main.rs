@@ -67,6 +67,15 @@ fn run() -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Variables `cargo run` sets for the binary it runs, which describe xtask's package.
+fn is_run_env(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || matches!(
+            name,
+            "CARGO_MANIFEST_DIR" | "CARGO_MANIFEST_PATH" | "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "CARGO_PRIMARY_PACKAGE"
+        )
+}
+
 /// Builds the lab (release) and runs it with the same arguments.
 fn lab(args: &[String]) -> anyhow::Result<ExitCode> {
     let root = tidy::workspace_root();
@@ -74,7 +83,18 @@ fn lab(args: &[String]) -> anyhow::Result<ExitCode> {
         bail!("`cargo xtask {}` needs the midflight-lab crate, which is not in this checkout yet", args[0]);
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let status = Command::new(&cargo)
+    let mut build = Command::new(&cargo);
+    // `cargo run` describes xtask's own package in the environment (CARGO_MANIFEST_DIR and
+    // friends); some dependencies' build scripts read those, so the inner build would be
+    // fingerprinted apart from a plain `cargo build --release` and rebuild everything each time
+    // one follows the other.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if is_run_env(&name) {
+            build.env_remove(name.as_ref());
+        }
+    }
+    let status = build
         .current_dir(&root)
         .args(["build", "--release", "--quiet", "--bins"])
         .status()
