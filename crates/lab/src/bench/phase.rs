@@ -527,7 +527,8 @@ impl Progress {
         if !self.mysql {
             return Ok(None);
         }
-        let sql = "SHOW GLOBAL STATUS WHERE Variable_name IN ('Com_commit', 'Com_insert', 'Com_update', 'Innodb_log_writes')";
+        let sql =
+            "SHOW GLOBAL STATUS WHERE Variable_name IN ('Com_commit', 'Com_insert', 'Com_update', 'Innodb_log_writes')";
         let rows = self.db.query_all_raw(Statement::from_string(self.db.get_database_backend(), sql)).await?;
         let mut counters = MysqlCounters::default();
         for row in rows {
