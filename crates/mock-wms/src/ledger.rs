@@ -122,7 +122,11 @@ impl Ledger {
 
     /// Applies a group of LockStock calls in one transaction and answers each. A failed
     /// transaction fails every call of the group (none of them applied).
-    async fn apply_locks(&self, mut turn: WriteTurn<'_>, mut batch: Vec<Waiting<(LockOrder, bool), Result<LockAnswer, Status>>>) {
+    async fn apply_locks(
+        &self,
+        mut turn: WriteTurn<'_>,
+        mut batch: Vec<Waiting<(LockOrder, bool), Result<LockAnswer, Status>>>,
+    ) {
         while !batch.is_empty() {
             let rest = batch.split_off(batch.len().min(GROUP_CALLS_MAX));
             let group = std::mem::replace(&mut batch, rest);
@@ -153,14 +157,16 @@ impl Ledger {
             requests.iter().filter(|(_, legacy)| !legacy).map(|(order, _)| order.request_id.as_str()).collect();
         let mut known: HashMap<String, LockAnswer> = HashMap::new();
         if !ids.is_empty() {
-            let rows = lock::Entity::find().filter(lock::Column::LockKey.is_in(ids)).all(&self.db).await.map_err(db_error)?;
+            let rows =
+                lock::Entity::find().filter(lock::Column::LockKey.is_in(ids)).all(&self.db).await.map_err(db_error)?;
             for row in rows {
                 tracing::info!(request_id = %row.request_id, state = ?row.state, "lock repeated, first answer returned");
                 known.insert(row.lock_key.clone(), LockAnswer::of(&row));
             }
         }
         let txn = self.db.begin().await.map_err(db_error)?;
-        let skus: Vec<&str> = requests.iter().flat_map(|(order, _)| order.lines.iter().map(|l| l.sku.as_str())).collect();
+        let skus: Vec<&str> =
+            requests.iter().flat_map(|(order, _)| order.lines.iter().map(|l| l.sku.as_str())).collect();
         let mut stock = load_levels(&txn, &skus).await?;
         let mut touched: BTreeMap<String, i64> = BTreeMap::new();
         let (mut locks, mut entries) = (Vec::new(), Vec::new());

@@ -111,7 +111,12 @@ fn saga(n: usize, now_ms: i64) -> Saga {
         order_no: format!("S-{n:07}"),
         event_type: "PAID".into(),
         lines: vec![Line { sku: format!("SKU-{:04}", n % 100 + 1), quantity: 1 }],
-        address: Address { region: "CN-ZJ".into(), city: "Hangzhou".into(), line: "1 West Lake Rd".into(), postal_code: String::new() },
+        address: Address {
+            region: "CN-ZJ".into(),
+            city: "Hangzhou".into(),
+            line: "1 West Lake Rd".into(),
+            postal_code: String::new(),
+        },
         amount_cents: 1_200,
     };
     let source = Source { topic: "orders".into(), partition: (n % 16) as i32, offset: (n / 16) as i64 };

@@ -26,7 +26,9 @@ impl Error {
             Error::Db { operation, source, .. } => {
                 Error::Db { operation, biz_id: Some(biz_id.to_owned()), source: source.clone() }
             }
-            other => Error::Group { biz_id: biz_id.to_owned(), message: format!("its group transaction failed: {other}") },
+            other => {
+                Error::Group { biz_id: biz_id.to_owned(), message: format!("its group transaction failed: {other}") }
+            }
         }
     }
 }

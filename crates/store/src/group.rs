@@ -58,7 +58,10 @@ impl GroupCommit {
             return Err(Error::Group { biz_id, message: "the group writer has stopped".to_owned() });
         }
         answer.await.unwrap_or_else(|_| {
-            Err(Error::Group { biz_id, message: "the group transaction was abandoned; its outcome is unknown".to_owned() })
+            Err(Error::Group {
+                biz_id,
+                message: "the group transaction was abandoned; its outcome is unknown".to_owned(),
+            })
         })
     }
 }
@@ -111,4 +114,3 @@ impl Store {
         Ok(applied)
     }
 }
-

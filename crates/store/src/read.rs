@@ -254,10 +254,8 @@ impl Store {
 
     /// Non-terminal sagas per lease owner: what each process has in flight (a benchmark gauge).
     pub async fn in_flight_by_owner(&self) -> Result<Vec<(String, u64)>, Error> {
-        let sql = format!(
-            "SELECT owner_id, COUNT(*) AS n FROM saga WHERE status IN ({}) GROUP BY owner_id",
-            active_list()
-        );
+        let sql =
+            format!("SELECT owner_id, COUNT(*) AS n FROM saga WHERE status IN ({}) GROUP BY owner_id", active_list());
         let rows = self
             .db
             .query_all_raw(Statement::from_string(self.backend, sql))

@@ -36,7 +36,8 @@ impl Member {
     /// The row as written, with the lease the write granted (or gave up).
     pub(crate) fn into_written(self) -> Saga {
         let mut next = self.next;
-        next.lease.until_ms = if self.change.release_lease { next.updated_at_ms } else { next.updated_at_ms + self.lease_ms };
+        next.lease.until_ms =
+            if self.change.release_lease { next.updated_at_ms } else { next.updated_at_ms + self.lease_ms };
         next
     }
 
@@ -107,7 +108,11 @@ impl Store {
     /// Writes `members` inside `txn` (the caller commits): each member's compare-and-set, then
     /// for those that applied their log rows, business rows, outbox rows and tickets. Returns,
     /// per member, whether its compare-and-set applied.
-    pub(crate) async fn write_members(&self, txn: &DatabaseTransaction, members: &[Member]) -> Result<Vec<bool>, Error> {
+    pub(crate) async fn write_members(
+        &self,
+        txn: &DatabaseTransaction,
+        members: &[Member],
+    ) -> Result<Vec<bool>, Error> {
         let mut applied = Vec::with_capacity(members.len());
         for member in members {
             let result = txn
@@ -363,7 +368,9 @@ mod tests {
 
     #[test]
     fn chunks_are_powers_of_two_that_add_up() {
-        for (left, expected) in [(1, vec![1]), (3, vec![2, 1]), (64, vec![64]), (100, vec![64, 32, 4]), (130, vec![64, 64, 2])] {
+        for (left, expected) in
+            [(1, vec![1]), (3, vec![2, 1]), (64, vec![64]), (100, vec![64, 32, 4]), (130, vec![64, 64, 2])]
+        {
             let mut chunks = Vec::new();
             let mut rest = left;
             while rest > 0 {

@@ -19,7 +19,12 @@ async fn arrivals(store: &Store, prefix: &str) -> Vec<Saga> {
                 order_no: format!("{prefix}-{n}"),
                 event_type: "PAID".into(),
                 lines: vec![Line { sku: "SKU-0001".into(), quantity: 1 }],
-                address: Address { region: "CN-ZJ".into(), city: "Hangzhou".into(), line: String::new(), postal_code: String::new() },
+                address: Address {
+                    region: "CN-ZJ".into(),
+                    city: "Hangzhou".into(),
+                    line: String::new(),
+                    postal_code: String::new(),
+                },
                 amount_cents: 100,
             };
             let source = Source { topic: "orders".into(), partition: 0, offset: n as i64 };
@@ -83,7 +88,11 @@ async fn failed_group_fails_every_member(db: &TestDb) {
     let rename = |from: &str, to: &str| format!("ALTER TABLE {from} RENAME TO {to}");
     store.connection().execute_unprepared(&rename("saga_transition", "saga_transition_away")).await.expect("rename");
     let outcomes = futures::future::join_all(sagas.iter().map(|saga| first_write(store, saga))).await;
-    store.connection().execute_unprepared(&rename("saga_transition_away", "saga_transition")).await.expect("rename back");
+    store
+        .connection()
+        .execute_unprepared(&rename("saga_transition_away", "saga_transition"))
+        .await
+        .expect("rename back");
     for (saga, outcome) in sagas.iter().zip(outcomes) {
         let error = outcome.expect_err("a member of a failed group gets an error, not an outcome");
         assert!(error.to_string().contains(&saga.biz_id), "the error names the member: {error}");
