@@ -24,11 +24,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use hdrhistogram::Histogram;
 use midflight_config::DatabaseSection;
 use midflight_consumer::{ConsumerConfig, Counters, Snapshot};
-use midflight_model::{Address, Line, OrderEvent, Status};
+use midflight_model::Status;
 use midflight_stack::kafka::{EmbeddedKafka, Record};
 use midflight_stack::{MethodFaults, MockDownstreams, MockOptions, fault};
 use midflight_store::Store;
-use midflight_store::testing::{Engine, TestDb};
+use midflight_store::testing::{Engine, TestDb, order_event};
 use sea_orm::{ConnectionTrait, Statement};
 use tokio_util::sync::CancellationToken;
 
@@ -223,18 +223,8 @@ fn mock_options() -> MockOptions {
 fn records(messages: usize) -> Vec<Record> {
     (0..messages)
         .map(|n| {
-            let event = OrderEvent {
-                order_no: format!("B-{n:07}"),
-                event_type: "PAID".into(),
-                lines: vec![Line { sku: format!("SKU-{:04}", n % 100 + 1), quantity: 1 }],
-                address: Address {
-                    region: "CN-ZJ".into(),
-                    city: "Hangzhou".into(),
-                    line: "1 West Lake Rd".into(),
-                    postal_code: String::new(),
-                },
-                amount_cents: 1_200,
-            };
+            let mut event = order_event(&format!("B-{n:07}"));
+            event.lines[0].sku = format!("SKU-{:04}", n % 100 + 1);
             Record::keyed(&event.order_no, event.to_json())
         })
         .collect()

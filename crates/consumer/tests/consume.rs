@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 use midflight_api::client::{Downstreams, LedgerEntry, LedgerKind};
 use midflight_consumer::{ConsumerConfig, Counters, Error, Snapshot};
 use midflight_driver::{Downstream, Driver, DriverSettings, Outcome};
-use midflight_model::{Address, Call, Line, Observation, OrderEvent, Rules, Saga, Source, Status, Step};
+use midflight_model::{Call, Observation, OrderEvent, Rules, Saga, Source, Status, Step};
 use midflight_stack::kafka::{EmbeddedKafka, Record};
 use midflight_stack::{MethodFaults, MockDownstreams, MockOptions, fault};
-use midflight_store::testing::TestDb;
+use midflight_store::testing::{TestDb, order_event};
 use midflight_store::{Store, both_engines};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -158,18 +158,7 @@ where
 }
 
 fn event(order_no: &str, event_type: &str) -> OrderEvent {
-    OrderEvent {
-        order_no: order_no.into(),
-        event_type: event_type.into(),
-        lines: vec![Line { sku: "SKU-0001".into(), quantity: 1 }],
-        address: Address {
-            region: "CN-ZJ".into(),
-            city: "Hangzhou".into(),
-            line: "1 West Lake Rd".into(),
-            postal_code: String::new(),
-        },
-        amount_cents: 1_200,
-    }
+    OrderEvent { event_type: event_type.into(), ..order_event(order_no) }
 }
 
 fn record(event: &OrderEvent) -> Record {

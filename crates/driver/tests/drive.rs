@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use midflight_api::client::{Downstreams, LedgerEntry, LedgerKind};
 use midflight_driver::{Downstream, Driver, DriverSettings, Outcome};
 use midflight_model::{
-    Address, Call, Change, Line, Observation, OrderEvent, Plan, RetryPolicy, Rules, Saga, Source, Status, Step, plan,
+    Call, Change, Observation, OrderEvent, Plan, RetryPolicy, Rules, Saga, Source, Status, Step, plan,
 };
 use midflight_stack::{ManualClock, MethodFaults, MockDownstreams, MockOptions, fault};
-use midflight_store::testing::TestDb;
+use midflight_store::testing::{TestDb, order_event};
 use midflight_store::{Arrival, Cas, Store, TicketState, both_engines};
 use tokio_util::sync::CancellationToken;
 
@@ -36,18 +36,10 @@ fn driver<D: Downstream>(store: &Store, downstream: D, name: &str) -> Driver<D> 
 }
 
 fn event(order_no: &str, region: &str) -> OrderEvent {
-    OrderEvent {
-        order_no: order_no.into(),
-        event_type: "PAID".into(),
-        lines: vec![Line { sku: "SKU-0001".into(), quantity: 3 }],
-        address: Address {
-            region: region.into(),
-            city: "Hangzhou".into(),
-            line: "1 West Lake Rd".into(),
-            postal_code: String::new(),
-        },
-        amount_cents: 1200,
-    }
+    let mut event = order_event(order_no);
+    event.address.region = region.into();
+    event.lines[0].quantity = 3;
+    event
 }
 
 /// A fresh RECEIVED row owned by `owner`, due by `deadline_in_ms` from now.

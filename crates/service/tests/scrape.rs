@@ -20,13 +20,13 @@ use midflight_api::client::Downstreams;
 use midflight_config::{DatabaseSection, TelemetrySection};
 use midflight_consumer::{ConsumerConfig, Counters};
 use midflight_driver::{Downstream, DriverSettings};
-use midflight_model::{Address, Call, Line, Observation, OrderEvent, Saga, Source, Status};
+use midflight_model::{Call, Observation, OrderEvent, Saga, Source, Status};
 use midflight_recovery::RecoveryConfig;
 use midflight_service::metrics::{CATALOGUE, Kind};
 use midflight_stack::kafka::{EmbeddedKafka, Record};
 use midflight_stack::{MockDownstreams, MockOptions};
 use midflight_store::Store;
-use midflight_store::testing::{Engine, TestDb};
+use midflight_store::testing::{Engine, TestDb, order_event};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
@@ -136,18 +136,9 @@ impl Downstream for Stalling {
 }
 
 fn event(order_no: &str, region: &str) -> OrderEvent {
-    OrderEvent {
-        order_no: order_no.into(),
-        event_type: "PAID".into(),
-        lines: vec![Line { sku: "SKU-0001".into(), quantity: 1 }],
-        address: Address {
-            region: region.into(),
-            city: "Hangzhou".into(),
-            line: "1 West Lake Rd".into(),
-            postal_code: String::new(),
-        },
-        amount_cents: 1_200,
-    }
+    let mut event = order_event(order_no);
+    event.address.region = region.into();
+    event
 }
 
 async fn wait_for(store: &Store, biz_id: &str, done: impl Fn(Status) -> bool) -> Saga {

@@ -15,12 +15,12 @@ use midflight_api::client::Downstreams;
 use midflight_config::TelemetrySection;
 use midflight_consumer::{ConsumerConfig, Counters};
 use midflight_driver::{Downstream, DriverSettings};
-use midflight_model::{Address, Call, Line, Observation, OrderEvent, Rules, Saga, Status};
+use midflight_model::{Call, Observation, OrderEvent, Rules, Saga, Status};
 use midflight_recovery::{RecoverySection, Worker};
 use midflight_service::trace::{TRACEPARENT, root_traceparent};
 use midflight_stack::kafka::{EmbeddedKafka, Record};
 use midflight_stack::{MockDownstreams, MockOptions};
-use midflight_store::testing::TestDb;
+use midflight_store::testing::{TestDb, order_event as event};
 use midflight_store::{Store, both_engines};
 use opentelemetry::trace::{SpanId, SpanKind, TraceId};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData};
@@ -60,21 +60,6 @@ impl Downstream for Stalling {
             std::future::pending::<()>().await;
         }
         self.inner.call(call, saga, timeout).await
-    }
-}
-
-fn event(order_no: &str) -> OrderEvent {
-    OrderEvent {
-        order_no: order_no.into(),
-        event_type: "PAID".into(),
-        lines: vec![Line { sku: "SKU-0001".into(), quantity: 1 }],
-        address: Address {
-            region: "CN-ZJ".into(),
-            city: "Hangzhou".into(),
-            line: "1 West Lake Rd".into(),
-            postal_code: String::new(),
-        },
-        amount_cents: 1_200,
     }
 }
 

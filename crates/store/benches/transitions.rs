@@ -14,10 +14,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use midflight_config::DatabaseSection;
-use midflight_model::{
-    Address, Line, LogisticsAnswer, Observation, OrderEvent, Plan, Rules, Saga, Source, WmsAnswer, plan,
-};
-use midflight_store::testing::{Engine, TestDb};
+use midflight_model::{LogisticsAnswer, Observation, Plan, Rules, Saga, Source, WmsAnswer, plan};
+use midflight_store::testing::{Engine, TestDb, order_event};
 use midflight_store::{Arrival, Cas, Store};
 use tokio::sync::Semaphore;
 
@@ -107,18 +105,8 @@ async fn drive(store: &Store, mut saga: Saga) {
 }
 
 fn saga(n: usize, now_ms: i64) -> Saga {
-    let event = OrderEvent {
-        order_no: format!("S-{n:07}"),
-        event_type: "PAID".into(),
-        lines: vec![Line { sku: format!("SKU-{:04}", n % 100 + 1), quantity: 1 }],
-        address: Address {
-            region: "CN-ZJ".into(),
-            city: "Hangzhou".into(),
-            line: "1 West Lake Rd".into(),
-            postal_code: String::new(),
-        },
-        amount_cents: 1_200,
-    };
+    let mut event = order_event(&format!("S-{n:07}"));
+    event.lines[0].sku = format!("SKU-{:04}", n % 100 + 1);
     let source = Source { topic: "orders".into(), partition: (n % 16) as i32, offset: (n / 16) as i64 };
     Saga::received(&event, source, now_ms, now_ms + 600_000)
 }

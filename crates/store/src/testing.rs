@@ -9,6 +9,7 @@
 use std::path::PathBuf;
 
 use midflight_config::DatabaseSection;
+use midflight_model::{Address, Line, OrderEvent};
 
 use crate::Store;
 
@@ -19,6 +20,23 @@ pub const MYSQL_URL_VAR: &str = "MIDFLIGHT_TEST_MYSQL_URL";
 pub enum Engine {
     Sqlite,
     MySql,
+}
+
+/// An order event for tests and benches: `PAID`, one line of `SKU-0001` x 1, an address in
+/// region `CN-ZJ`, 12.00. A test that needs other values changes the fields it cares about.
+pub fn order_event(order_no: &str) -> OrderEvent {
+    OrderEvent {
+        order_no: order_no.into(),
+        event_type: "PAID".into(),
+        lines: vec![Line { sku: "SKU-0001".into(), quantity: 1 }],
+        address: Address {
+            region: "CN-ZJ".into(),
+            city: "Hangzhou".into(),
+            line: "1 West Lake Rd".into(),
+            postal_code: String::new(),
+        },
+        amount_cents: 1_200,
+    }
 }
 
 /// A fresh database, removed when dropped.

@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use midflight_api::client::{Downstreams, LedgerEntry, LedgerKind};
 use midflight_driver::{Downstream, Driver, DriverSettings};
-use midflight_model::{Address, Line, OrderEvent, RetryPolicy, Rules, Saga, Source, Status, Step};
+use midflight_model::{OrderEvent, RetryPolicy, Rules, Saga, Source, Status, Step};
 use midflight_recovery::RecoverySection;
 use midflight_store::Store;
+use midflight_store::testing::order_event;
 use tokio_util::sync::CancellationToken;
 
 /// Retries come back at once, so tests never wait on a backoff.
@@ -37,18 +38,10 @@ pub fn section(instance: &str) -> RecoverySection {
 }
 
 pub fn event(order_no: &str, event_type: &str, region: &str) -> OrderEvent {
-    OrderEvent {
-        order_no: order_no.into(),
-        event_type: event_type.into(),
-        lines: vec![Line { sku: "SKU-0001".into(), quantity: 2 }],
-        address: Address {
-            region: region.into(),
-            city: "Hangzhou".into(),
-            line: "1 West Lake Rd".into(),
-            postal_code: String::new(),
-        },
-        amount_cents: 900,
-    }
+    let mut event = OrderEvent { event_type: event_type.into(), amount_cents: 900, ..order_event(order_no) };
+    event.address.region = region.into();
+    event.lines[0].quantity = 2;
+    event
 }
 
 /// RECEIVED rows for `events` (offsets from `first_offset`), leased to a consumer for
