@@ -37,7 +37,7 @@ impl Workload {
     pub fn records(&self) -> Vec<Record> {
         let mut rng = StdRng::seed_from_u64(self.seed);
         let mut records = Vec::with_capacity(self.orders * 2 + self.poison);
-        let poison_every = if self.poison == 0 { usize::MAX } else { (self.orders / self.poison).max(1) };
+        let poison_every = self.orders.checked_div(self.poison).map_or(usize::MAX, |every| every.max(1));
         let mut poison_left = self.poison;
         for index in 0..self.orders {
             let order_no = format!("{}-{index:06}", self.prefix);

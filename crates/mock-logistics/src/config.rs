@@ -77,6 +77,12 @@ impl Config for LogisticsConfig {
     }
 }
 
+impl midflight_service::ServiceConfig for LogisticsConfig {
+    fn telemetry(&self) -> &TelemetrySection {
+        &self.telemetry
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,11 +101,5 @@ mod tests {
         config.shipping.unserviceable_regions.push(String::new());
         config.faults.methods.insert("LockStock".to_owned(), MethodFaults::default());
         assert_eq!(config.problems().len(), 2, "{:#?}", config.problems());
-    }
-}
-
-impl midflight_service::ServiceConfig for LogisticsConfig {
-    fn telemetry(&self) -> &TelemetrySection {
-        &self.telemetry
     }
 }

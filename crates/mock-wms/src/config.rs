@@ -100,6 +100,12 @@ impl Config for WmsConfig {
     }
 }
 
+impl midflight_service::ServiceConfig for WmsConfig {
+    fn telemetry(&self) -> &TelemetrySection {
+        &self.telemetry
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,11 +134,5 @@ mod tests {
         config.stock.skus.insert(String::new(), -1);
         config.faults.methods.insert("Nope".to_owned(), MethodFaults::default());
         assert_eq!(config.problems().len(), 3, "{:#?}", config.problems());
-    }
-}
-
-impl midflight_service::ServiceConfig for WmsConfig {
-    fn telemetry(&self) -> &TelemetrySection {
-        &self.telemetry
     }
 }
