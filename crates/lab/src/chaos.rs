@@ -10,7 +10,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::run::{Action, Plan, Scheduled, Trigger, execute};
-use crate::system::SystemSpec;
+use crate::system::{GroupProtocol, SystemSpec};
 use crate::workload::Workload;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -30,6 +30,11 @@ pub struct ChaosArgs {
     pub recovery_workers: usize,
     #[arg(long, env = "MIDFLIGHT_LAB_MYSQL_URL")]
     pub mysql_url: Option<String>,
+    /// The consumers' group protocol. `consumer` (KIP-848) exists for long campaigns: the
+    /// embedded broker's classic group coordinator can abort the whole lab (an assertion in
+    /// librdkafka's mock, `rd_kafka_mock_cgrp_classic_member_add`) after some hundreds of faults.
+    #[arg(long, value_enum, default_value_t = GroupProtocol::Classic)]
+    pub group_protocol: GroupProtocol,
     #[arg(long, default_value = "run")]
     pub run_dir: PathBuf,
     #[arg(long)]
@@ -38,13 +43,19 @@ pub struct ChaosArgs {
 
 pub async fn run(args: ChaosArgs) -> anyhow::Result<bool> {
     let seed = args.seed.unwrap_or_else(|| rand::rng().random());
-    println!("chaos: seed {seed} (replay with --seed {seed}), {} messages, {} faults", args.messages, args.faults);
+    println!(
+        "chaos: seed {seed} (replay with --seed {seed}), {} messages, {} faults, group protocol {}",
+        args.messages,
+        args.faults,
+        args.group_protocol.as_str()
+    );
     let run_dir = args.run_dir.join(format!("chaos-{seed}-{}", crate::timestamp()));
     let mut spec = SystemSpec::new("chaos", &run_dir);
     spec.consumers = args.consumers;
     spec.recovery_workers = args.recovery_workers;
     spec.mysql_url = args.mysql_url.clone();
     spec.lease_ms = 3_000;
+    spec.group_protocol = args.group_protocol;
     spec.wms_faults = latency("LockStock", 60, 180, seed);
     spec.logistics_faults = latency("CreateShipment", 110, 320, seed + 1);
     let schedule = schedule(seed, &args);

@@ -29,6 +29,8 @@ pub const ORDER_TOPIC: &str = "orders";
 pub const NOTIFICATION_TOPIC: &str = "notifications";
 pub const DEAD_LETTER_TOPIC: &str = "orders.dlt";
 pub const GROUP: &str = "midflight-orders";
+/// Heartbeats well inside the session timeout, whichever side sets them.
+const HEARTBEAT_INTERVAL_MS: i32 = 500;
 
 /// How to assemble a run.
 #[derive(Debug, Clone)]
@@ -54,6 +56,9 @@ pub struct SystemSpec {
     pub lease_ms: i64,
     pub rpc_timeout_ms: u64,
     pub session_timeout_ms: u64,
+    /// The consumers' `group.protocol`: `classic` (the user's Kafka) or `consumer` (KIP-848,
+    /// where the embedded broker owns the session: it is given `session_timeout_ms`).
+    pub group_protocol: GroupProtocol,
     pub saga_deadline_ms: i64,
     pub retry: RetryPolicy,
     pub wms_faults: FaultPlan,
@@ -85,6 +90,7 @@ impl SystemSpec {
             lease_ms: 5_000,
             rpc_timeout_ms: 1_000,
             session_timeout_ms: 6_000,
+            group_protocol: GroupProtocol::Classic,
             saga_deadline_ms: 10 * 60_000,
             retry: RetryPolicy { backoff_base_ms: 200, backoff_max_ms: 2_000, attempts_max: 60 },
             wms_faults: FaultPlan::default(),
@@ -94,6 +100,21 @@ impl SystemSpec {
             log_filter: "info".to_owned(),
             log_format: "pretty".to_owned(),
             database_proxy: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GroupProtocol {
+    Classic,
+    Consumer,
+}
+
+impl GroupProtocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupProtocol::Classic => "classic",
+            GroupProtocol::Consumer => "consumer",
         }
     }
 }
@@ -122,6 +143,10 @@ impl System {
         let configs = dir.join("config");
         std::fs::create_dir_all(&configs)?;
         let kafka = EmbeddedKafka::start().context("cannot start the embedded Kafka")?;
+        if spec.group_protocol == GroupProtocol::Consumer {
+            let session_ms = i32::try_from(spec.session_timeout_ms).context("session timeout too large")?;
+            kafka.set_consumer_protocol_session(session_ms, HEARTBEAT_INTERVAL_MS);
+        }
         for (topic, partitions) in [(ORDER_TOPIC, spec.partitions), (NOTIFICATION_TOPIC, 4), (DEAD_LETTER_TOPIC, 1)] {
             kafka.create_topic(topic, partitions).with_context(|| format!("cannot create topic {topic}"))?;
         }
@@ -313,9 +338,13 @@ impl System {
             notification_topic: NOTIFICATION_TOPIC.to_owned(),
             dead_letter_topic: DEAD_LETTER_TOPIC.to_owned(),
             session_timeout_ms: self.spec.session_timeout_ms,
+            group_protocol: self.spec.group_protocol.as_str().to_owned(),
             ..KafkaSection::default()
         };
-        section.properties.insert("heartbeat.interval.ms".to_owned(), "500".to_owned());
+        if self.spec.group_protocol == GroupProtocol::Classic {
+            // Under KIP-848 the broker sets the interval (see `System::start`).
+            section.properties.insert("heartbeat.interval.ms".to_owned(), HEARTBEAT_INTERVAL_MS.to_string());
+        }
         // The mock broker answers an empty fetch only after the whole wait (a real broker
         // answers when data arrives): a short wait keeps its artifact out of every latency.
         section

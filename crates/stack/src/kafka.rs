@@ -103,6 +103,24 @@ impl EmbeddedKafka {
         Ok(EmbeddedKafka { host, bootstrap })
     }
 
+    /// The session timeout and heartbeat interval the cluster gives members of
+    /// `group.protocol=consumer` (KIP-848) groups, where the broker owns both (the mock's
+    /// defaults are 30 s and 3 s). Classic groups take theirs from the client.
+    pub fn set_consumer_protocol_session(&self, session_timeout_ms: i32, heartbeat_interval_ms: i32) {
+        with_mock_cluster(self.host.client(), |cluster| {
+            // SAFETY: `cluster` is the live mock cluster of the host client (see
+            // `with_mock_cluster`); the setters take the cluster's own lock.
+            #[allow(unsafe_code)]
+            unsafe {
+                rdkafka::bindings::rd_kafka_mock_set_group_consumer_session_timeout_ms(cluster, session_timeout_ms);
+                rdkafka::bindings::rd_kafka_mock_set_group_consumer_heartbeat_interval_ms(
+                    cluster,
+                    heartbeat_interval_ms,
+                );
+            }
+        });
+    }
+
     pub fn bootstrap_servers(&self) -> &str {
         &self.bootstrap
     }
@@ -200,16 +218,29 @@ impl EmbeddedKafka {
 }
 
 /// Sets the mock's `group.initial.rebalance.delay.ms`, which rdkafka does not wrap.
-#[allow(unsafe_code)]
 fn set_initial_rebalance_delay<C: ClientContext>(client: &Client<C>, delay_ms: i32) {
-    // SAFETY: `native_ptr` is the live handle of `client`, borrowed for this whole call; the
-    // mock cluster it returns (null if none) is owned by that handle, and the setter takes the
-    // cluster's own lock, so calling it from any thread is allowed.
-    unsafe {
-        let cluster = rdkafka::bindings::rd_kafka_handle_mock_cluster(client.native_ptr());
-        if !cluster.is_null() {
+    with_mock_cluster(client, |cluster| {
+        // SAFETY: `cluster` is the live mock cluster of `client` (see `with_mock_cluster`);
+        // the setter takes the cluster's own lock.
+        #[allow(unsafe_code)]
+        unsafe {
             rdkafka::bindings::rd_kafka_mock_group_initial_rebalance_delay_ms(cluster, delay_ms);
         }
+    });
+}
+
+/// Runs `set` on the mock cluster of `client`, if it has one: for the mock's settings rdkafka
+/// does not wrap. The pointer is valid only during the call.
+fn with_mock_cluster<C: ClientContext>(
+    client: &Client<C>,
+    set: impl FnOnce(*mut rdkafka::bindings::rd_kafka_mock_cluster_t),
+) {
+    // SAFETY: `native_ptr` is the live handle of `client`, borrowed for this whole call; the
+    // mock cluster it returns (null if none) is owned by that handle and outlives the call.
+    #[allow(unsafe_code)]
+    let cluster = unsafe { rdkafka::bindings::rd_kafka_handle_mock_cluster(client.native_ptr()) };
+    if !cluster.is_null() {
+        set(cluster);
     }
 }
 
