@@ -19,8 +19,8 @@ use crate::workload::Workload;
 
 /// How often the runner looks at the clock, the table and the schedule.
 const TICK: Duration = Duration::from_millis(100);
-/// The longest any run may take, whatever its schedule: a run that cannot settle is reported
-/// as not quiescent instead of hanging the campaign.
+/// How long any run may take beyond twice its schedule's own length (see [`run_deadline`]): a
+/// run that cannot settle is reported as not quiescent instead of hanging the campaign.
 const RUN_DEADLINE: Duration = Duration::from_secs(15 * 60);
 /// How long reading back a topic may wait for its last messages.
 const TOPIC_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -136,8 +136,24 @@ pub struct Plan {
     pub settle: Duration,
 }
 
+/// The deadline of a whole run: the fixed allowance plus twice the time its schedule's delays add
+/// up to, so a long chaos campaign is not cut off while it is still injecting faults.
+pub fn run_deadline(schedule: &[Scheduled]) -> Duration {
+    let mut at_ms = 0;
+    let mut after_ms = 0u64;
+    for scheduled in schedule {
+        match scheduled.when {
+            Trigger::AtMs(ms) => at_ms = at_ms.max(ms),
+            Trigger::AfterMs(ms) => after_ms = after_ms.saturating_add(ms),
+            Trigger::AtProgress(_) => {}
+        }
+    }
+    RUN_DEADLINE + Duration::from_millis(at_ms.saturating_add(after_ms).saturating_mul(2))
+}
+
 pub async fn execute(plan: Plan) -> anyhow::Result<RunReport> {
     let name = plan.spec.name.clone();
+    let deadline = run_deadline(&plan.schedule);
     let legacy = plan.spec.legacy;
     println!("{name}: starting {} process(es)", plan.spec.consumers + plan.spec.recovery_workers + 2);
     let mut system = System::start(plan.spec.clone()).await?;
@@ -190,8 +206,8 @@ pub async fn execute(plan: Plan) -> anyhow::Result<RunReport> {
         if pending.is_empty() && settle_from.elapsed() > plan.settle {
             break;
         }
-        if started.elapsed() > RUN_DEADLINE {
-            say(&progress, format!("{name}: run deadline of {} s hit", RUN_DEADLINE.as_secs()));
+        if started.elapsed() > deadline {
+            say(&progress, format!("{name}: run deadline of {} s hit", deadline.as_secs()));
             break;
         }
         // A child that died on its own (a crash, or a configuration it refused) ends the run:
@@ -374,4 +390,20 @@ fn progress_bar(name: &str, total: usize) -> ProgressBar {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_deadline_grows_with_the_schedule() {
+        let kill = |when| Scheduled { when, action: Action::Kill { target: "consumer-1".to_owned() } };
+        assert_eq!(run_deadline(&[]), RUN_DEADLINE);
+        let schedule = [kill(Trigger::AtMs(10_000)), kill(Trigger::AfterMs(1_000)), kill(Trigger::AtProgress(0.5))];
+        assert_eq!(run_deadline(&schedule), RUN_DEADLINE + Duration::from_secs(22));
+        // A campaign injecting faults for an hour keeps two hours beyond the fixed allowance.
+        let long: Vec<_> = (0..3_600).map(|_| kill(Trigger::AfterMs(1_000))).collect();
+        assert_eq!(run_deadline(&long), RUN_DEADLINE + Duration::from_secs(7_200));
+    }
 }
