@@ -15,11 +15,11 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use midflight_driver::DriverSettings;
-use midflight_model::{Address, Line, OrderEvent, Rules, Saga, Source};
+use midflight_model::{OrderEvent, Rules, Saga, Source};
 use midflight_recovery::{RecoverySection, Worker};
 use midflight_stack::{Faults, MethodFaults, MockDownstreams, MockOptions};
 use midflight_store::Store;
-use midflight_store::testing::{Engine, TestDb};
+use midflight_store::testing::{Engine, TestDb, order_event};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -150,18 +150,9 @@ async fn abandon(store: &Store, sagas: usize) -> HashMap<String, i64> {
 }
 
 fn order(n: usize) -> OrderEvent {
-    OrderEvent {
-        order_no: format!("B-{n:06}"),
-        event_type: "PAID".into(),
-        lines: vec![Line { sku: format!("SKU-{:04}", n % 100 + 1), quantity: 1 }],
-        address: Address {
-            region: "CN-ZJ".into(),
-            city: "Hangzhou".into(),
-            line: String::new(),
-            postal_code: String::new(),
-        },
-        amount_cents: 100,
-    }
+    let mut event = order_event(&format!("B-{n:06}"));
+    event.lines[0].sku = format!("SKU-{:04}", n % 100 + 1);
+    event
 }
 
 /// Database time when no saga is left unfinished.

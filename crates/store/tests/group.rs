@@ -3,8 +3,8 @@
 //! databases group transitions (the default), and the writes below are sent at once so they
 //! share groups. Outcomes are asserted per saga, so they hold however the groups formed.
 
-use midflight_model::{Address, Line, Observation, OrderEvent, Plan, Rules, Saga, Source, Status, plan};
-use midflight_store::testing::TestDb;
+use midflight_model::{Observation, Plan, Rules, Saga, Source, Status, plan};
+use midflight_store::testing::{TestDb, order_event};
 use midflight_store::{Arrival, Cas, Store, both_engines};
 use sea_orm::ConnectionTrait;
 
@@ -15,18 +15,7 @@ async fn arrivals(store: &Store, prefix: &str) -> Vec<Saga> {
     let now = store.now_ms().await.expect("clock");
     let sagas: Vec<Saga> = (0..SAGAS)
         .map(|n| {
-            let event = OrderEvent {
-                order_no: format!("{prefix}-{n}"),
-                event_type: "PAID".into(),
-                lines: vec![Line { sku: "SKU-0001".into(), quantity: 1 }],
-                address: Address {
-                    region: "CN-ZJ".into(),
-                    city: "Hangzhou".into(),
-                    line: String::new(),
-                    postal_code: String::new(),
-                },
-                amount_cents: 100,
-            };
+            let event = order_event(&format!("{prefix}-{n}"));
             let source = Source { topic: "orders".into(), partition: 0, offset: n as i64 };
             Saga::received(&event, source, now, now + 600_000)
         })
