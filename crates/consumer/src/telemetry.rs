@@ -8,11 +8,11 @@
 //! reports merged, so one series per name is exported however many there are.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use midflight_model::Status;
-use midflight_service::metrics::{self, Kind};
+use midflight_service::metrics::{self, Kind, LiveSet};
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{ObservableCounter, ObservableGauge};
 use rdkafka::statistics::Statistics;
@@ -63,7 +63,7 @@ pub(crate) fn arrived(status: Status, count: usize) {
 }
 
 /// The live consumers of the process, whose counters the observers sum.
-static CONSUMERS: Mutex<Vec<Weak<Counters>>> = Mutex::new(Vec::new());
+static CONSUMERS: LiveSet<Counters> = LiveSet::new();
 /// (topic, partition, lag) of each partition a client reported.
 type Lags = Vec<(String, i32, i64)>;
 /// Per client: when it last reported, and its partitions' lag.
@@ -71,7 +71,7 @@ static LAG: Mutex<BTreeMap<String, (Instant, Lags)>> = Mutex::new(BTreeMap::new(
 
 /// Exports `counters` (summed with every other live consumer of the process) as metrics.
 pub(crate) fn observe(counters: &Arc<Counters>) {
-    lock(&CONSUMERS).push(Arc::downgrade(counters));
+    CONSUMERS.register(counters);
     observers();
 }
 
@@ -157,13 +157,8 @@ fn observers() -> &'static Observers {
 
 /// `field` summed over the process's live consumers.
 fn sum(field: &str) -> u64 {
-    let mut consumers = lock(&CONSUMERS);
-    consumers.retain(|weak| weak.strong_count() > 0);
-    consumers
-        .iter()
-        .filter_map(Weak::upgrade)
-        .map(|counters| counters.snapshot().fields().into_iter().find(|(name, _)| *name == field).map_or(0, |(_, v)| v))
-        .sum()
+    CONSUMERS
+        .sum(|counters| counters.snapshot().fields().into_iter().find(|(name, _)| *name == field).map_or(0, |(_, v)| v))
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -5,11 +5,11 @@
 //! The table is sampled here because the recovery worker is the one service that already reads
 //! the whole table's state; with several workers each samples, and a dashboard takes the max.
 
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use midflight_model::Status;
-use midflight_service::metrics::{self, Kind, instruments};
+use midflight_service::metrics::{self, Kind, LiveSet, instruments};
 use midflight_store::Store;
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::ObservableCounter;
@@ -23,7 +23,7 @@ use crate::worker::{Stats, StatsSnapshot};
 pub const TABLE_SAMPLE_INTERVAL: Duration = Duration::from_secs(15);
 
 /// The live workers of the process, whose stats the observers sum.
-static WORKERS: Mutex<Vec<Weak<Stats>>> = Mutex::new(Vec::new());
+static WORKERS: LiveSet<Stats> = LiveSet::new();
 
 /// The Prometheus families the recovery service's own observers export (besides the catalogue's).
 pub fn metric_names() -> Vec<String> {
@@ -35,7 +35,7 @@ pub fn metric_names() -> Vec<String> {
 
 /// Exports `stats` (summed with every other live worker of the process) as metrics.
 pub(crate) fn observe(stats: &Arc<Stats>) {
-    lock(&WORKERS).push(Arc::downgrade(stats));
+    WORKERS.register(stats);
     observers();
 }
 
@@ -127,18 +127,7 @@ fn observers() -> &'static Vec<ObservableCounter<u64>> {
 
 /// `field` summed over the process's live workers.
 fn sum(field: &str) -> u64 {
-    let mut workers = lock(&WORKERS);
-    workers.retain(|weak| weak.strong_count() > 0);
-    workers
-        .iter()
-        .filter_map(Weak::upgrade)
-        .map(|stats| fields(&stats.snapshot()).into_iter().find(|(name, _)| name == field).map_or(0, |(_, v)| v))
-        .sum()
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Plain data behind the lock: usable after a panic elsewhere.
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    WORKERS.sum(|stats| fields(&stats.snapshot()).into_iter().find(|(name, _)| name == field).map_or(0, |(_, v)| v))
 }
 
 #[cfg(test)]

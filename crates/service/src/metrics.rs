@@ -12,7 +12,7 @@
 //! `midflight_service::main`). Until a provider is installed the global one is a no-op, and so is
 //! every instrument: with metrics off, recording costs a virtual call and nothing else.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter, UpDownCounter};
 
@@ -270,5 +270,40 @@ mod tests {
             let expected = if spec.prometheus.ends_with("_seconds") { format!("{derived}_seconds") } else { derived };
             assert_eq!(spec.prometheus, expected, "{}", spec.name);
         }
+    }
+}
+
+/// The live instances of a service part whose counters the process exports summed (consumers,
+/// recovery workers). Held weakly: an instance that is dropped stops counting on its own.
+#[derive(Debug)]
+pub struct LiveSet<T> {
+    members: Mutex<Vec<Weak<T>>>,
+}
+
+impl<T> LiveSet<T> {
+    pub const fn new() -> LiveSet<T> {
+        LiveSet { members: Mutex::new(Vec::new()) }
+    }
+
+    pub fn register(&self, member: &Arc<T>) {
+        self.members().push(Arc::downgrade(member));
+    }
+
+    /// `value` of every live member, summed.
+    pub fn sum(&self, value: impl Fn(&T) -> u64) -> u64 {
+        let mut members = self.members();
+        members.retain(|weak| weak.strong_count() > 0);
+        members.iter().filter_map(Weak::upgrade).map(|member| value(&member)).sum()
+    }
+
+    fn members(&self) -> std::sync::MutexGuard<'_, Vec<Weak<T>>> {
+        // Plain data behind the lock: usable after a panic elsewhere.
+        self.members.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl<T> Default for LiveSet<T> {
+    fn default() -> LiveSet<T> {
+        LiveSet::new()
     }
 }
