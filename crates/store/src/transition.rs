@@ -2,8 +2,9 @@
 //! writes that must be atomic with the status (business row, outbox row, ticket), in one
 //! short transaction, alone or with other sagas' transitions ([`crate::group`]).
 //!
-//! One path writes both: each member's own conditional UPDATE decides whether it applied, and
-//! only applied members get log rows and fused writes. Rows of the same kind across members go
+//! One path writes both: each member's conditional UPDATE (alone, or sharing one statement with
+//! other members of its chunk) decides whether it applied, and only applied members get log
+//! rows and fused writes. Rows of the same kind across members go
 //! in one multi-row INSERT, in chunks of power-of-two sizes, so a handful of statement shapes
 //! stay prepared on each connection whatever the group size.
 
@@ -114,12 +115,11 @@ impl Store {
         members: &[Member],
     ) -> Result<Vec<bool>, Error> {
         let mut applied = Vec::with_capacity(members.len());
-        for member in members {
-            let result = txn
-                .execute_raw(self.update_statement(member))
-                .await
-                .during("compare-and-set saga", Some(&member.before.biz_id))?;
-            applied.push(result.rows_affected() == 1);
+        let mut left = members;
+        while !left.is_empty() {
+            let (chunk, rest) = left.split_at(chunk_size(left.len()));
+            left = rest;
+            applied.extend(self.compare_and_set(txn, chunk).await?);
         }
         let written = written(members, &applied);
         for step in self.follow_ups(&written) {
@@ -131,6 +131,42 @@ impl Store {
             }
         }
         Ok(applied)
+    }
+
+    /// The compare-and-set of `chunk`, per member whether it applied. One member: its own
+    /// UPDATE, whose rows affected decides. Several: one UPDATE for all (each row matched by its
+    /// biz_id with the version and lease epoch its member read, and given its member's values),
+    /// which decides for all of them when it changed every row or none. When it changed some,
+    /// it is undone (to a savepoint taken before it) and each member's own UPDATE decides:
+    /// conflicts are rare, and a read-back could not tell a row this statement wrote from one
+    /// already written the same way by an earlier, stale attempt.
+    async fn compare_and_set(&self, txn: &DatabaseTransaction, chunk: &[Member]) -> Result<Vec<bool>, Error> {
+        if let [member] = chunk {
+            return Ok(vec![self.compare_and_set_one(txn, member).await?]);
+        }
+        let first = chunk.first().map(|m| m.before.biz_id.as_str());
+        txn.execute_unprepared("SAVEPOINT compare_and_set").await.during("take savepoint", first)?;
+        let changed = txn.execute_raw(self.cas_statement(chunk)).await.during("compare-and-set sagas", first)?;
+        let changed = changed.rows_affected();
+        if changed == chunk.len() as u64 || changed == 0 {
+            return Ok(vec![changed > 0; chunk.len()]);
+        }
+        txn.execute_unprepared("ROLLBACK TO SAVEPOINT compare_and_set")
+            .await
+            .during("roll back to savepoint", first)?;
+        let mut applied = Vec::with_capacity(chunk.len());
+        for member in chunk {
+            applied.push(self.compare_and_set_one(txn, member).await?);
+        }
+        Ok(applied)
+    }
+
+    async fn compare_and_set_one(&self, txn: &DatabaseTransaction, member: &Member) -> Result<bool, Error> {
+        let result = txn
+            .execute_raw(self.update_statement(member))
+            .await
+            .during("compare-and-set saga", Some(&member.before.biz_id))?;
+        Ok(result.rows_affected() == 1)
     }
 
     /// The compare-and-set of one member: its UPDATE matches only the version and lease epoch
@@ -163,6 +199,68 @@ impl Store {
             signed(before.version).into(),
             signed(before.lease.epoch).into(),
         ];
+        Statement::from_sql_and_values(self.backend, sql, values)
+    }
+
+    /// The UPDATE of [`Self::compare_and_set`]: every column a transition may change, each a
+    /// `CASE biz_id` over the chunk's members, and a WHERE naming each member's biz_id,
+    /// version and lease epoch. Chunks have power-of-two sizes, so each connection keeps a
+    /// handful of these statements prepared.
+    fn cas_statement(&self, chunk: &[Member]) -> Statement {
+        let now = dialect::now_ms(self.backend);
+        let cases = vec!["WHEN ? THEN ?"; chunk.len()].join(" ");
+        let set = |column: &str| format!("{column} = CASE biz_id {cases} END");
+        let columns = [
+            "status",
+            "version",
+            "wms_request_id",
+            "wms_voucher",
+            "wms_locked_at_ms",
+            "logistics_request_id",
+            "logistics_voucher",
+            "tracking_no",
+            "intent_at_ms",
+            "attempts",
+            "next_attempt_at_ms",
+            "last_error",
+            "updated_at_ms",
+        ];
+        let assignments: Vec<String> = columns.iter().map(|column| set(column)).collect();
+        let sql = format!(
+            "UPDATE saga SET {}, lease_until_ms = {now} + CASE biz_id {cases} END \
+             WHERE biz_id IN ({}) AND CASE biz_id {} END",
+            assignments.join(", "),
+            dialect::placeholders(chunk.len()),
+            vec!["WHEN ? THEN version = ? AND lease_epoch = ?"; chunk.len()].join(" "),
+        );
+        let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * (2 * columns.len() + 6));
+        let mut column = |value: fn(&Member) -> Value| {
+            for member in chunk {
+                values.extend([member.before.biz_id.clone().into(), value(member)]);
+            }
+        };
+        column(|m| m.next.status.as_str().into());
+        column(|m| signed(m.next.version).into());
+        column(|m| m.next.wms_request_id.clone().into());
+        column(|m| m.next.wms_voucher.clone().into());
+        column(|m| m.next.wms_locked_at_ms.into());
+        column(|m| m.next.logistics_request_id.clone().into());
+        column(|m| m.next.logistics_voucher.clone().into());
+        column(|m| m.next.tracking_no.clone().into());
+        column(|m| m.next.intent_at_ms.into());
+        column(|m| i32::try_from(m.next.attempts).unwrap_or(i32::MAX).into());
+        column(|m| m.next.next_attempt_at_ms.into());
+        column(|m| m.next.last_error.as_deref().map(|e| fit(e, 1024)).into());
+        column(|m| m.next.updated_at_ms.into());
+        column(|m| m.lease_ms().into());
+        values.extend(chunk.iter().map(|m| Value::from(m.before.biz_id.clone())));
+        for member in chunk {
+            values.extend([
+                member.before.biz_id.clone().into(),
+                signed(member.before.version).into(),
+                signed(member.before.lease.epoch).into(),
+            ]);
+        }
         Statement::from_sql_and_values(self.backend, sql, values)
     }
 

@@ -12,6 +12,10 @@ const LEASE_MS: i64 = 60_000;
 const SAGAS: usize = 40;
 
 async fn arrivals(store: &Store, prefix: &str) -> Vec<Saga> {
+    arrivals_leased(store, prefix, LEASE_MS).await
+}
+
+async fn arrivals_leased(store: &Store, prefix: &str, lease_ms: i64) -> Vec<Saga> {
     let now = store.now_ms().await.expect("clock");
     let sagas: Vec<Saga> = (0..SAGAS)
         .map(|n| {
@@ -20,7 +24,7 @@ async fn arrivals(store: &Store, prefix: &str) -> Vec<Saga> {
             Saga::received(&event, source, now, now + 600_000)
         })
         .collect();
-    let arrived = store.insert_arrivals(&sagas, "c1", LEASE_MS, "consumer:c1").await.expect("insert");
+    let arrived = store.insert_arrivals(&sagas, "c1", lease_ms, "consumer:c1").await.expect("insert");
     arrived
         .into_iter()
         .map(|arrival| match arrival {
@@ -69,6 +73,46 @@ async fn members_keep_their_own_cas(db: &TestDb) {
     assert!(after.batches > before.batches, "the writes went through group transactions");
 }
 both_engines!(group_members_keep_their_own_cas, members_keep_their_own_cas);
+
+async fn whole_groups_apply_or_conflict(db: &TestDb) {
+    let store = &db.store;
+    // Leases that expire at once, so another owner can take half of the sagas over.
+    let sagas = arrivals_leased(store, "W", 0).await;
+    let (fenced, current) = sagas.split_at(SAGAS / 2);
+    for saga in fenced {
+        let claimed = store.claim(&saga.biz_id, "r1", LEASE_MS, "recovery:r1").await.expect("claim");
+        assert!(claimed.is_applied(), "{}: taken over", saga.biz_id);
+    }
+    let before = store.stats();
+    // The first owner's writes to the sagas taken over, even naming the version the takeover
+    // wrote: every one is fenced by the new epoch.
+    let zombies: Vec<Saga> = fenced.iter().map(|saga| Saga { version: saga.version + 1, ..saga.clone() }).collect();
+    let outcomes = futures::future::join_all(zombies.iter().map(|saga| first_write(store, saga))).await;
+    for (saga, outcome) in fenced.iter().zip(outcomes) {
+        assert_eq!(outcome.expect("no group failed"), Cas::Conflict, "{}: a fenced write applied", saga.biz_id);
+        let row = store.get(&saga.biz_id).await.expect("read").expect("row");
+        assert_eq!((row.status, row.version, row.lease.epoch), (Status::Received, 1, 2), "{}", saga.biz_id);
+        assert_eq!(store.transitions(&saga.biz_id).await.expect("log").len(), 2, "arrival and takeover only");
+        assert!(store.order_row(&saga.biz_id).await.expect("read").is_none(), "no business row");
+    }
+    // The others are still the first owner's: every write applies, each with its own values.
+    let outcomes = futures::future::join_all(current.iter().map(|saga| first_write(store, saga))).await;
+    for (saga, outcome) in current.iter().zip(outcomes) {
+        let Cas::Applied(next) = outcome.expect("no group failed") else {
+            panic!("{}: a current write conflicted", saga.biz_id)
+        };
+        let row = store.get(&saga.biz_id).await.expect("read").expect("row");
+        assert_eq!(row.biz_id, saga.biz_id);
+        assert_eq!((row.status, row.version, row.lease.epoch), (Status::WmsRequested, 2, 1), "{}", saga.biz_id);
+        assert_eq!(row.wms_request_id, next.wms_request_id, "{}: its own request id", saga.biz_id);
+        assert!(row.wms_request_id.is_some());
+        assert_eq!(store.transitions(&saga.biz_id).await.expect("log").len(), 3, "{}", saga.biz_id);
+        assert!(store.order_row(&saga.biz_id).await.expect("read").is_some(), "business row written");
+    }
+    let after = store.stats();
+    assert_eq!(after.transitions - before.transitions, (SAGAS / 2) as u64, "only the owner's writes applied");
+}
+both_engines!(group_whole_groups_apply_or_conflict, whole_groups_apply_or_conflict);
 
 async fn failed_group_fails_every_member(db: &TestDb) {
     let store = &db.store;
