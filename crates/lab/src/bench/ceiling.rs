@@ -35,7 +35,7 @@ pub async fn measure(mysql_url: Option<&str>, dir: &Path, connections: u32, seco
             let flush = admin
                 .query_one_raw(Statement::from_string(
                     admin.get_database_backend(),
-                    "SELECT @@innodb_flush_log_at_trx_commit AS flush",
+                    "SELECT CAST(@@innodb_flush_log_at_trx_commit AS SIGNED) AS flush",
                 ))
                 .await?
                 .and_then(|row| row.try_get::<i64>("", "flush").ok())

@@ -70,7 +70,9 @@ impl Machine {
 async fn mariadb_settings(url: &str) -> Option<String> {
     use sea_orm::{ConnectionTrait, Statement};
     let db = sea_orm::Database::connect(url).await.ok()?;
-    let sql = "SELECT VERSION() AS v, @@innodb_flush_log_at_trx_commit AS f, @@log_bin AS b";
+    // The server variables are unsigned; cast so they read as i64.
+    let sql =
+        "SELECT VERSION() AS v, CAST(@@innodb_flush_log_at_trx_commit AS SIGNED) AS f, CAST(@@log_bin AS SIGNED) AS b";
     let row = db.query_one_raw(Statement::from_string(db.get_database_backend(), sql)).await.ok()??;
     let version: String = row.try_get("", "v").ok()?;
     let flush: i64 = row.try_get("", "f").ok()?;
