@@ -21,6 +21,47 @@ pub type Actor<'a> = &'a str;
 /// Most rows of one multi-row INSERT (8 parameters a log row: far below every engine's limit).
 const INSERT_ROWS_MAX: usize = 64;
 
+/// The saga columns a transition sets from the row it writes (`Member::next`), in the order of
+/// [`cas_values`]; the lease, set from the database clock, is the last value.
+const CAS_COLUMNS: [&str; 13] = [
+    "status",
+    "version",
+    "wms_request_id",
+    "wms_voucher",
+    "wms_locked_at_ms",
+    "logistics_request_id",
+    "logistics_voucher",
+    "tracking_no",
+    "intent_at_ms",
+    "attempts",
+    "next_attempt_at_ms",
+    "last_error",
+    "updated_at_ms",
+];
+/// [`CAS_COLUMNS`] and the lease length.
+const CAS_VALUES: usize = CAS_COLUMNS.len() + 1;
+
+/// What a member's compare-and-set writes: [`CAS_COLUMNS`] of its next row, then its lease length.
+fn cas_values(member: &Member) -> [Value; CAS_VALUES] {
+    let next = &member.next;
+    [
+        next.status.as_str().into(),
+        signed(next.version).into(),
+        next.wms_request_id.clone().into(),
+        next.wms_voucher.clone().into(),
+        next.wms_locked_at_ms.into(),
+        next.logistics_request_id.clone().into(),
+        next.logistics_voucher.clone().into(),
+        next.tracking_no.clone().into(),
+        next.intent_at_ms.into(),
+        i32::try_from(next.attempts).unwrap_or(i32::MAX).into(),
+        next.next_attempt_at_ms.into(),
+        next.last_error.as_deref().map(|e| fit(e, 1024)).into(),
+        next.updated_at_ms.into(),
+        member.lease_ms().into(),
+    ]
+}
+
 /// One saga's transition as the shared write path takes it: the row read, the row to write,
 /// the change (for its log rows and fused writes), and what only the writer knows.
 #[derive(Debug, Clone)]
@@ -172,60 +213,29 @@ impl Store {
     /// The compare-and-set of one member: its UPDATE matches only the version and lease epoch
     /// it read, so one row affected means applied and none means conflict.
     fn update_statement(&self, member: &Member) -> Statement {
-        let (before, next) = (&member.before, &member.next);
         let now = dialect::now_ms(self.backend);
+        let assignments: Vec<String> = CAS_COLUMNS.iter().map(|column| format!("{column} = ?")).collect();
         let sql = format!(
-            "UPDATE saga SET status = ?, version = ?, wms_request_id = ?, wms_voucher = ?, wms_locked_at_ms = ?, \
-             logistics_request_id = ?, logistics_voucher = ?, tracking_no = ?, intent_at_ms = ?, attempts = ?, \
-             next_attempt_at_ms = ?, last_error = ?, updated_at_ms = ?, lease_until_ms = {now} + ? \
-             WHERE biz_id = ? AND version = ? AND lease_epoch = ?"
+            "UPDATE saga SET {}, lease_until_ms = {now} + ? WHERE biz_id = ? AND version = ? AND lease_epoch = ?",
+            assignments.join(", ")
         );
-        let values: Vec<Value> = vec![
-            next.status.as_str().into(),
-            signed(next.version).into(),
-            next.wms_request_id.clone().into(),
-            next.wms_voucher.clone().into(),
-            next.wms_locked_at_ms.into(),
-            next.logistics_request_id.clone().into(),
-            next.logistics_voucher.clone().into(),
-            next.tracking_no.clone().into(),
-            next.intent_at_ms.into(),
-            i32::try_from(next.attempts).unwrap_or(i32::MAX).into(),
-            next.next_attempt_at_ms.into(),
-            next.last_error.as_deref().map(|e| fit(e, 1024)).into(),
-            next.updated_at_ms.into(),
-            member.lease_ms().into(),
-            before.biz_id.clone().into(),
-            signed(before.version).into(),
-            signed(before.lease.epoch).into(),
-        ];
+        let before = &member.before;
+        let mut values: Vec<Value> = cas_values(member).into();
+        values.extend([before.biz_id.clone().into(), signed(before.version).into(), signed(before.lease.epoch).into()]);
         Statement::from_sql_and_values(self.backend, sql, values)
     }
 
-    /// The UPDATE of [`Self::compare_and_set`]: every column a transition may change, each a
+    /// The UPDATE of [`Self::compare_and_set`]: the columns of [`update_statement`], each a
     /// `CASE biz_id` over the chunk's members, and a WHERE naming each member's biz_id,
     /// version and lease epoch. Chunks have power-of-two sizes, so each connection keeps a
     /// handful of these statements prepared.
+    ///
+    /// [`update_statement`]: Self::update_statement
     fn cas_statement(&self, chunk: &[Member]) -> Statement {
         let now = dialect::now_ms(self.backend);
         let cases = vec!["WHEN ? THEN ?"; chunk.len()].join(" ");
-        let set = |column: &str| format!("{column} = CASE biz_id {cases} END");
-        let columns = [
-            "status",
-            "version",
-            "wms_request_id",
-            "wms_voucher",
-            "wms_locked_at_ms",
-            "logistics_request_id",
-            "logistics_voucher",
-            "tracking_no",
-            "intent_at_ms",
-            "attempts",
-            "next_attempt_at_ms",
-            "last_error",
-            "updated_at_ms",
-        ];
-        let assignments: Vec<String> = columns.iter().map(|column| set(column)).collect();
+        let assignments: Vec<String> =
+            CAS_COLUMNS.iter().map(|column| format!("{column} = CASE biz_id {cases} END")).collect();
         let sql = format!(
             "UPDATE saga SET {}, lease_until_ms = {now} + CASE biz_id {cases} END \
              WHERE biz_id IN ({}) AND CASE biz_id {} END",
@@ -233,26 +243,13 @@ impl Store {
             dialect::placeholders(chunk.len()),
             vec!["WHEN ? THEN version = ? AND lease_epoch = ?"; chunk.len()].join(" "),
         );
-        let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * (2 * columns.len() + 6));
-        let mut column = |value: fn(&Member) -> Value| {
-            for member in chunk {
-                values.extend([member.before.biz_id.clone().into(), value(member)]);
+        let rows: Vec<[Value; CAS_VALUES]> = chunk.iter().map(cas_values).collect();
+        let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * (2 * CAS_VALUES + 4));
+        for index in 0..CAS_VALUES {
+            for (member, row) in chunk.iter().zip(&rows) {
+                values.extend([member.before.biz_id.clone().into(), row[index].clone()]);
             }
-        };
-        column(|m| m.next.status.as_str().into());
-        column(|m| signed(m.next.version).into());
-        column(|m| m.next.wms_request_id.clone().into());
-        column(|m| m.next.wms_voucher.clone().into());
-        column(|m| m.next.wms_locked_at_ms.into());
-        column(|m| m.next.logistics_request_id.clone().into());
-        column(|m| m.next.logistics_voucher.clone().into());
-        column(|m| m.next.tracking_no.clone().into());
-        column(|m| m.next.intent_at_ms.into());
-        column(|m| i32::try_from(m.next.attempts).unwrap_or(i32::MAX).into());
-        column(|m| m.next.next_attempt_at_ms.into());
-        column(|m| m.next.last_error.as_deref().map(|e| fit(e, 1024)).into());
-        column(|m| m.next.updated_at_ms.into());
-        column(|m| m.lease_ms().into());
+        }
         values.extend(chunk.iter().map(|m| Value::from(m.before.biz_id.clone())));
         for member in chunk {
             values.extend([
