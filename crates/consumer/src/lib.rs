@@ -141,6 +141,7 @@ pub async fn run_with<D: Downstream>(
         write_txns = stats.write_txns,
         transitions = stats.transitions,
         write_batches = stats.batches,
+        retried = stats.retried,
         "consumer stopped"
     );
     result

@@ -132,6 +132,12 @@ impl Running {
         self.counters.snapshot()
     }
 
+    /// The counters, and whether the run has already ended (for a failed wait's message).
+    fn report(&self) -> String {
+        let ended = if self.task.is_finished() { " (its run has ended)" } else { "" };
+        format!("{:?}{ended}", self.snapshot())
+    }
+
     /// Graceful shutdown; the run must end cleanly.
     async fn stop(self) -> Snapshot {
         self.shutdown.cancel();
@@ -498,7 +504,7 @@ async fn static_restart(db: &TestDb) {
     harness.produce_events(&first).await;
     eventually("the first wave DONE", || async {
         let done = a.snapshot().done + b.snapshot().done;
-        if done == 40 { Ok(()) } else { Err(format!("{done} done")) }
+        if done == 40 { Ok(()) } else { Err(format!("{done} done\na {}\nb {}", a.report(), b.report())) }
     })
     .await;
     let (a_owned, b_before) = (a.snapshot().partitions_assigned, b.snapshot());
@@ -517,7 +523,11 @@ async fn static_restart(db: &TestDb) {
     harness.produce_events(&second).await;
     eventually("the second wave DONE", || async {
         let done = statuses(&db.store).await;
-        if done == BTreeMap::from([(Status::Done, 80)]) { Ok(()) } else { Err(format!("{done:?}")) }
+        if done == BTreeMap::from([(Status::Done, 80)]) {
+            Ok(())
+        } else {
+            Err(format!("{done:?}\na {}\nb {}", a_again.report(), b.report()))
+        }
     })
     .await;
     let b_mid = b.snapshot();

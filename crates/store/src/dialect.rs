@@ -21,6 +21,18 @@ pub fn on_conflict_do_nothing(backend: DbBackend, key_column: &str) -> String {
     }
 }
 
+/// `table` for an UPDATE whose WHERE names rows by a list of primary keys (`biz_id IN (...)`).
+/// On MySQL the optimizer scans the whole index instead when the list is a large part of a
+/// small table, and under REPEATABLE READ a scanning UPDATE keeps every row it read locked
+/// until commit, rows of other sagas included: concurrent group transactions then wait for
+/// each other and deadlock. Forcing the primary key makes it lock only the rows it names.
+pub fn by_primary_key(backend: DbBackend, table: &str) -> String {
+    match backend {
+        DbBackend::MySql => format!("{table} FORCE INDEX (PRIMARY)"),
+        _ => table.to_owned(),
+    }
+}
+
 /// `?, ?, ?` with `n` placeholders.
 pub fn placeholders(n: usize) -> String {
     let mut out = String::with_capacity(n * 3);

@@ -1,5 +1,7 @@
 //! The store's error. A lost compare-and-set is not an error (see [`crate::Cas`]).
 
+use sea_orm::{DbErr, RuntimeErr, sqlx};
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("database error during {operation}{}: {source}", biz_id.as_ref().map(|id| format!(" (saga {id})")).unwrap_or_default())]
@@ -30,6 +32,33 @@ impl Error {
                 Error::Group { biz_id: biz_id.to_owned(), message: format!("its group transaction failed: {other}") }
             }
         }
+    }
+}
+
+impl Error {
+    /// The database gave up on the transaction on its own: a deadlock (MySQL 1213, which rolls
+    /// the whole transaction back), a lock wait timeout (1205) or SQLite's busy or locked (5,
+    /// 6 and their extended codes). The caller drops the transaction, which rolls back the rest,
+    /// so nothing of it was written and the same transaction can be tried again. An error at
+    /// COMMIT that could have left the outcome unknown (a lost connection) is not one of these.
+    pub(crate) fn rolled_back(&self) -> bool {
+        let Error::Db {
+            source: DbErr::Exec(RuntimeErr::SqlxError(error)) | DbErr::Query(RuntimeErr::SqlxError(error)),
+            ..
+        } = self
+        else {
+            return false;
+        };
+        let sqlx::Error::Database(error) = error.as_ref() else { return false };
+        if let Some(mysql) = error.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+            return matches!(mysql.number(), 1205 | 1213);
+        }
+        if error.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+            // The primary result code is the low byte of the extended one.
+            let code = error.code().and_then(|code| code.parse::<i32>().ok()).unwrap_or(0);
+            return matches!(code & 0xff, 5 | 6);
+        }
+        false
     }
 }
 

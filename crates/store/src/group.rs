@@ -6,8 +6,10 @@
 //! What does not change for a saga: its write is still one compare-and-set naming its version
 //! and lease epoch, and that UPDATE's own rows affected decides `Applied` or `Conflict`; its
 //! log rows, business row, outbox row and ticket are written only if it applied, in the same
-//! transaction. A group that fails to commit fails every member with an error, exactly as a
-//! failed transaction of its own would: the driver stops and the lease expires.
+//! transaction. A group the database rolls back on its own (a deadlock with another group, a
+//! lock wait timeout, SQLite busy) is tried again as a whole, a few times; any other failure
+//! fails every member with an error, exactly as a failed transaction of its own would: the
+//! driver stops and the lease expires.
 //!
 //! How a group forms: a dispatcher takes the first queued transition, waits for one of
 //! `concurrency` transaction slots, then takes whatever else queued meanwhile (up to `max`).
@@ -89,7 +91,10 @@ async fn dispatch(store: Store, mut queue: mpsc::Receiver<(Member, Reply)>, max:
     }
 }
 
-async fn commit(store: &Store, group: Vec<(Member, Reply)>) {
+async fn commit(store: &Store, mut group: Vec<(Member, Reply)>) {
+    // Every group locks its saga rows in key order, so two groups never wait for each other
+    // in a cycle over them.
+    group.sort_by(|(a, _), (b, _)| a.before.biz_id.cmp(&b.before.biz_id));
     let (members, replies): (Vec<Member>, Vec<Reply>) = group.into_iter().unzip();
     match store.write_group(&members).await {
         Ok(applied) => {
@@ -106,8 +111,13 @@ async fn commit(store: &Store, group: Vec<(Member, Reply)>) {
 }
 
 impl Store {
-    /// One group's transaction; per member, whether its compare-and-set applied.
+    /// One group's transaction, tried again while the database rolls it back on its own
+    /// (`Store::retry_rolled_back`); per member, whether its compare-and-set applied.
     async fn write_group(&self, members: &[Member]) -> Result<Vec<bool>, Error> {
+        self.retry_rolled_back(|| self.try_write_group(members)).await
+    }
+
+    async fn try_write_group(&self, members: &[Member]) -> Result<Vec<bool>, Error> {
         let txn = self.db.begin().await.during("begin transition group", None)?;
         let applied = self.write_members(&txn, members).await?;
         txn.commit().await.during("commit transition group", None)?;

@@ -38,8 +38,9 @@ impl Store {
         }
         let now = dialect::now_ms(self.backend);
         let sql = format!(
-            "UPDATE outbox SET relay_owner = ?, relay_until_ms = {now} + ? \
+            "UPDATE {} SET relay_owner = ?, relay_until_ms = {now} + ? \
              WHERE published_at_ms IS NULL AND relay_until_ms <= {now} AND biz_id IN ({})",
+            dialect::by_primary_key(self.backend, "outbox"),
             dialect::placeholders(candidates.len())
         );
         let mut values: Vec<Value> = vec![owner.into(), claim_ms.into()];
@@ -70,7 +71,8 @@ impl Store {
         }
         let now = dialect::now_ms(self.backend);
         let sql = format!(
-            "UPDATE outbox SET published_at_ms = {now} WHERE relay_owner = ? AND published_at_ms IS NULL AND biz_id IN ({})",
+            "UPDATE {} SET published_at_ms = {now} WHERE relay_owner = ? AND published_at_ms IS NULL AND biz_id IN ({})",
+            dialect::by_primary_key(self.backend, "outbox"),
             dialect::placeholders(biz_ids.len())
         );
         let mut values: Vec<Value> = vec![owner.into()];

@@ -14,6 +14,7 @@ pub(crate) struct Stats {
     write_txns: AtomicU64,
     transitions: AtomicU64,
     batches: AtomicU64,
+    retried: AtomicU64,
 }
 
 /// A reading of the counters.
@@ -25,6 +26,9 @@ pub struct StoreStats {
     pub transitions: u64,
     /// Of `write_txns`, the shared commits of the group writer (each carries many transitions).
     pub batches: u64,
+    /// Transition transactions tried again because the database rolled them back on its own
+    /// (a deadlock, a lock wait timeout, SQLite busy); each try that committed is counted above.
+    pub retried: u64,
 }
 
 impl Stats {
@@ -41,11 +45,16 @@ impl Stats {
         self.write_committed();
     }
 
+    pub(crate) fn retried(&self) {
+        self.retried.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn read(&self) -> StoreStats {
         StoreStats {
             write_txns: self.write_txns.load(Ordering::Relaxed),
             transitions: self.transitions.load(Ordering::Relaxed),
             batches: self.batches.load(Ordering::Relaxed),
+            retried: self.retried.load(Ordering::Relaxed),
         }
     }
 }

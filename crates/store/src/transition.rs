@@ -8,6 +8,9 @@
 //! in one multi-row INSERT, in chunks of power-of-two sizes, so a handful of statement shapes
 //! stay prepared on each connection whatever the group size.
 
+use std::future::Future;
+use std::time::Duration;
+
 use midflight_model::{BusinessWrite, Change, Saga};
 use sea_orm::{ConnectionTrait, DatabaseTransaction, Statement, TransactionTrait, Value};
 
@@ -17,6 +20,9 @@ use crate::{Cas, Store, dialect};
 
 /// Who writes, for the transition log: `consumer:<id>`, `recovery:<id>`, `operator:<name>`.
 pub type Actor<'a> = &'a str;
+
+/// Tries of one transition transaction that the database keeps rolling back on its own.
+const TRANSACTION_TRIES: u32 = 5;
 
 /// Most rows of one multi-row INSERT (8 parameters a log row: far below every engine's limit).
 const INSERT_ROWS_MAX: usize = 64;
@@ -134,17 +140,51 @@ impl Store {
         if let Some(group) = &self.group {
             return group.submit(member).await;
         }
-        let some = Some(before.biz_id.as_str());
+        let members = std::slice::from_ref(&member);
+        if !self.retry_rolled_back(|| self.write_one(members)).await? {
+            return Ok(Cas::Conflict);
+        }
+        Ok(Cas::Applied(member.into_written()))
+    }
+
+    /// One transaction writing the single `members[0]`; whether its compare-and-set applied.
+    async fn write_one(&self, members: &[Member]) -> Result<bool, Error> {
+        let some = members.first().map(|member| member.before.biz_id.as_str());
         let txn = self.db.begin().await.during("begin transition", some)?;
-        let applied = self.write_members(&txn, std::slice::from_ref(&member)).await?;
+        let applied = self.write_members(&txn, members).await?;
         if !applied.first().copied().unwrap_or(false) {
             txn.rollback().await.during("roll back transition", some)?;
-            return Ok(Cas::Conflict);
+            return Ok(false);
         }
         txn.commit().await.during("commit transition", some)?;
         self.stats.write_committed();
         self.stats.transitions_written(1);
-        Ok(Cas::Applied(member.into_written()))
+        Ok(true)
+    }
+
+    /// Runs the transaction `attempt` makes, and runs it again (after 5, 10, 20, 40 ms) while
+    /// the database rolls it back on its own ([`Error::rolled_back`]: a deadlock with another
+    /// group, a lock wait timeout, SQLite busy). Nothing of a rolled-back try was written, and
+    /// each try's compare-and-sets decide afresh, so a try is as if it were the first. Without
+    /// this a deadlock would fail every member of a group and leave their sagas until their
+    /// leases expired.
+    pub(crate) async fn retry_rolled_back<T, F, Fut>(&self, mut attempt: F) -> Result<T, Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        let mut tries = 1;
+        loop {
+            match attempt().await {
+                Err(error) if error.rolled_back() && tries < TRANSACTION_TRIES => {
+                    self.stats.retried();
+                    tracing::debug!(tries, %error, "the database rolled a transition transaction back; trying it again");
+                    tokio::time::sleep(Duration::from_millis(5 << (tries - 1))).await;
+                    tries += 1;
+                }
+                result => return result,
+            }
+        }
     }
 
     /// Writes `members` inside `txn` (the caller commits): each member's compare-and-set, then
@@ -237,8 +277,9 @@ impl Store {
         let assignments: Vec<String> =
             CAS_COLUMNS.iter().map(|column| format!("{column} = CASE biz_id {cases} END")).collect();
         let sql = format!(
-            "UPDATE saga SET {}, lease_until_ms = {now} + CASE biz_id {cases} END \
+            "UPDATE {} SET {}, lease_until_ms = {now} + CASE biz_id {cases} END \
              WHERE biz_id IN ({}) AND CASE biz_id {} END",
+            dialect::by_primary_key(self.backend, "saga"),
             assignments.join(", "),
             dialect::placeholders(chunk.len()),
             vec!["WHEN ? THEN version = ? AND lease_epoch = ?"; chunk.len()].join(" "),
@@ -385,8 +426,9 @@ impl Store {
             left = rest;
             let cases = vec!["WHEN ? THEN ?"; chunk.len()].join(" ");
             let sql = format!(
-                "UPDATE orders SET status = 'SHIPPED', tracking_no = CASE biz_id {cases} END, \
+                "UPDATE {} SET status = 'SHIPPED', tracking_no = CASE biz_id {cases} END, \
                  updated_at_ms = CASE biz_id {cases} END WHERE biz_id IN ({})",
+                dialect::by_primary_key(self.backend, "orders"),
                 dialect::placeholders(chunk.len())
             );
             let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 5);

@@ -6,7 +6,7 @@
 use midflight_model::{Observation, Plan, Rules, Saga, Source, Status, plan};
 use midflight_store::testing::{TestDb, order_event};
 use midflight_store::{Arrival, Cas, Store, both_engines};
-use sea_orm::ConnectionTrait;
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, Statement, TransactionTrait};
 
 const LEASE_MS: i64 = 60_000;
 const SAGAS: usize = 40;
@@ -139,3 +139,81 @@ async fn failed_group_fails_every_member(db: &TestDb) {
     }
 }
 both_engines!(group_failure_fails_every_member, failed_group_fails_every_member);
+
+/// A transaction that holds `biz_id`'s business-row key (an uncommitted row of its own) and,
+/// on MySQL, enough undo that InnoDB never picks it as a deadlock's victim.
+async fn rival(store: &Store, biz_id: &str) -> DatabaseTransaction {
+    let rival = store.connection().begin().await.expect("begin the rival");
+    if store.backend() == DbBackend::MySql {
+        let rows: Vec<String> = (0..2_000).map(|n| format!("({n})")).collect();
+        rival.execute_unprepared(&format!("INSERT INTO weight (n) VALUES {}", rows.join(","))).await.expect("weight");
+    }
+    let insert = "INSERT INTO orders (biz_id, order_no, event_type, status, amount_cents, tracking_no, \
+                  created_at_ms, updated_at_ms) VALUES (?, 'rival', 'PAID', 'FULFILLING', 0, NULL, 0, 0)";
+    rival
+        .execute_raw(Statement::from_sql_and_values(store.backend(), insert, [biz_id.into()]))
+        .await
+        .expect("the rival's business row");
+    rival
+}
+
+/// Polls `check` every 20 ms until it holds, for at most a minute.
+async fn until<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !check().await {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+async fn rolled_back_group_is_retried(db: &TestDb) {
+    let store = &db.store;
+    let saga = arrivals(store, "D").await.swap_remove(0);
+    if store.backend() == DbBackend::MySql {
+        store.connection().execute_unprepared("CREATE TABLE weight (n INT PRIMARY KEY)").await.expect("weight table");
+    }
+    let before = store.stats();
+    let rival = rival(store, &saga.biz_id).await;
+    let write = tokio::spawn({
+        let (store, saga) = (store.clone(), saga.clone());
+        async move { first_write(&store, &saga).await }
+    });
+    if store.backend() == DbBackend::MySql {
+        // The group holds the saga row and waits for the rival's business row; the rival now
+        // asks for the saga row: a deadlock, and the lighter group is rolled back.
+        let waiting = "SELECT COUNT(*) AS n FROM information_schema.processlist \
+                       WHERE db = DATABASE() AND info LIKE 'INSERT INTO orders%'";
+        until("the group to wait for the rival's row", || async {
+            let row = store.connection().query_one_raw(Statement::from_string(DbBackend::MySql, waiting)).await;
+            row.expect("processlist").expect("a count").try_get::<i64>("", "n").expect("n") > 0
+        })
+        .await;
+        let lock = Statement::from_sql_and_values(
+            DbBackend::MySql,
+            "SELECT biz_id FROM saga WHERE biz_id = ? FOR UPDATE",
+            [saga.biz_id.as_str().into()],
+        );
+        rival.query_one_raw(lock).await.expect("the rival wins the deadlock").expect("the saga row");
+    }
+    // On SQLite the rival holds the one write lock: the group gives up after the busy timeout.
+    let retried = || store.stats().retried > before.retried;
+    until("the group to be rolled back and tried again", || async { retried() || write.is_finished() }).await;
+    if !retried() {
+        panic!("the group ended without being tried again: {:?}", write.await.expect("write task"));
+    }
+    rival.rollback().await.expect("the rival rolls back");
+    let written = write.await.expect("write task").expect("the retried group commits");
+    assert!(written.is_applied(), "the current write applied on its retry: {written:?}");
+    let row = store.get(&saga.biz_id).await.expect("read").expect("row");
+    assert_eq!((row.status, row.version), (Status::WmsRequested, 2));
+    assert_eq!(store.transitions(&saga.biz_id).await.expect("log").len(), 3, "written once");
+    let order = store.order_row(&saga.biz_id).await.expect("read").expect("business row");
+    assert_ne!(order.order_no, "rival", "the business row is the saga's own");
+    let after = store.stats();
+    assert_eq!(after.transitions - before.transitions, 1);
+}
+both_engines!(group_rolled_back_by_the_database_is_retried, rolled_back_group_is_retried);
