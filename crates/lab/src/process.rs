@@ -95,6 +95,8 @@ impl Supervisor {
         Command::new(&binary)
             .args(&spec.args)
             .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            // Should this process die without stopping its children, they stop on their own.
+            .env(midflight_service::PARENT_PID_VAR, std::process::id().to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(err))

@@ -57,6 +57,13 @@ pub struct Args {
     pub print_config: bool,
 }
 
+/// Set by a supervising process (the lab) to its own process id: the service then shuts down,
+/// as on SIGTERM, once that process is gone, instead of running on with nobody to stop it.
+pub const PARENT_PID_VAR: &str = "MIDFLIGHT_PARENT_PID";
+
+/// How often the service checks that its supervising process is still its parent.
+const PARENT_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Why a service stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -85,6 +92,13 @@ where
             return ExitCode::from(2);
         }
     };
+    let parent = match supervisor() {
+        Ok(parent) => parent,
+        Err(error) => {
+            eprintln!("{service}: {error}");
+            return ExitCode::from(2);
+        }
+    };
     if args.print_config {
         print!("{}", midflight_config::to_toml(&config));
         return ExitCode::SUCCESS;
@@ -105,6 +119,9 @@ where
             }
         };
         let shutdown = shutdown_on_signals();
+        if let Some(parent) = parent {
+            stop_with_parent(parent, shutdown.clone());
+        }
         // Not ready from the first signal on, so an orchestrator stops counting on the process
         // while it drains; the service itself says when it became ready.
         let draining = shutdown.clone();
@@ -128,6 +145,39 @@ where
         telemetry.shutdown().await;
         code
     })
+}
+
+/// The supervising process named by [`PARENT_PID_VAR`], if any.
+fn supervisor() -> Result<Option<u32>, String> {
+    let Some(value) = std::env::var_os(PARENT_PID_VAR) else { return Ok(None) };
+    let value = value.to_string_lossy();
+    match value.trim().parse::<u32>() {
+        Ok(pid) if pid > 0 => Ok(Some(pid)),
+        _ => Err(format!("{PARENT_PID_VAR} must be the process id of the supervising process, not {value:?}")),
+    }
+}
+
+/// Cancels `shutdown` once this process's parent is no longer `parent` (it exited, and the
+/// process was handed to another). Nothing else cancels on its behalf: a supervisor killed by
+/// SIGKILL or by a crash cannot stop its children itself.
+fn stop_with_parent(parent: u32, shutdown: CancellationToken) {
+    #[cfg(unix)]
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(PARENT_POLL);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            if std::os::unix::process::parent_id() != parent {
+                tracing::warn!(parent, "the supervising process is gone; shutting down");
+                shutdown.cancel();
+                return;
+            }
+        }
+    });
+    #[cfg(not(unix))]
+    let _ = (parent, shutdown);
 }
 
 /// A token cancelled on the first SIGINT or SIGTERM.
