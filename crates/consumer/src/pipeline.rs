@@ -128,7 +128,13 @@ impl<D: Downstream> Pipeline<D> {
 
     /// Makes `batch` durable, commits its offsets, and schedules its sagas.
     async fn accept(&mut self, batch: Vec<Incoming>, shutdown: &CancellationToken) -> Result<(), Error> {
+        let started = Instant::now();
         let Some(durable) = self.make_durable(&batch, shutdown).await? else { return Ok(()) };
+        tracing::debug!(
+            messages = batch.len(),
+            durable_ms = started.elapsed().as_millis() as u64,
+            "batch made durable"
+        );
         self.commit(&inbox::next_offsets(&batch));
         Counters::add(&self.counters.batches, 1);
         Counters::add(&self.counters.parked, durable.parked.len() as u64);

@@ -44,3 +44,69 @@ pub fn placeholders(n: usize) -> String {
     }
     out
 }
+
+/// Most rows of one multi-row INSERT or members of one fused UPDATE (a saga row has 19
+/// parameters: far below every engine's limit).
+pub const INSERT_ROWS_MAX: usize = 64;
+
+/// The largest power of two up to `left` and [`INSERT_ROWS_MAX`]: the size of the next chunk
+/// of a statement over many rows.
+pub fn chunk_size(left: usize) -> usize {
+    let capped = left.clamp(1, INSERT_ROWS_MAX);
+    1 << (usize::BITS - 1 - capped.leading_zeros())
+}
+
+/// `values` (the list of an `IN (...)`) lengthened to the next power of two by repeating its
+/// last value, which changes nothing a query selects or updates.
+///
+/// Why: every statement shape is prepared once per connection and kept in a cache of
+/// [`STATEMENT_CACHE`] shapes. When a new shape pushes an old one out, sqlx closes the old one
+/// with a packet the server does not answer, and on TCP the next request then waits for the
+/// server's delayed acknowledgement (about 40 ms on Linux). With a list of any length each
+/// batch was a new shape: every inbox statement took about 45 ms (BENCHMARKS.md). Powers of two
+/// keep the shapes few enough to stay prepared.
+pub fn padded<T: Clone>(mut values: Vec<T>) -> Vec<T> {
+    if let Some(last) = values.last().cloned() {
+        values.resize(values.len().next_power_of_two(), last);
+    }
+    values
+}
+
+/// Prepared statements kept per connection. The store's statements have a bounded set of
+/// shapes (power-of-two row counts and list lengths), about a hundred in all; this keeps
+/// every one a connection uses prepared. The server's `max_prepared_stmt_count` (16,382 by
+/// default) bounds the total over all connections of all processes.
+pub const STATEMENT_CACHE: usize = 256;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn padded_lists_have_power_of_two_lengths_and_the_same_values() {
+        for n in 0..=70_usize {
+            let values: Vec<usize> = (0..n).collect();
+            let padded = padded(values.clone());
+            assert!(padded.is_empty() || padded.len().is_power_of_two(), "{n}: {}", padded.len());
+            assert!(padded.len() >= n && padded.len() < 2 * n.max(1));
+            assert_eq!(&padded[..n], &values[..]);
+            assert!(padded[n..].iter().all(|v| Some(v) == values.last()), "{n}: only the last value repeats");
+        }
+    }
+
+    #[test]
+    fn chunks_are_powers_of_two_that_add_up() {
+        for (left, expected) in
+            [(1, vec![1]), (3, vec![2, 1]), (64, vec![64]), (100, vec![64, 32, 4]), (130, vec![64, 64, 2])]
+        {
+            let mut chunks = Vec::new();
+            let mut rest = left;
+            while rest > 0 {
+                let chunk = chunk_size(rest);
+                chunks.push(chunk);
+                rest -= chunk;
+            }
+            assert_eq!(chunks, expected, "{left} rows");
+        }
+    }
+}

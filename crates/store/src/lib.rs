@@ -102,10 +102,12 @@ impl Store {
             .test_before_acquire(false)
             .test_before_acquire_if_idle_for(Duration::from_secs(30))
             .sqlx_logging(false)
+            .map_sqlx_mysql_opts(|options| options.statement_cache_capacity(dialect::STATEMENT_CACHE))
             .map_sqlx_sqlite_opts(|options| {
                 options
                     .journal_mode(sea_orm::sqlx::sqlite::SqliteJournalMode::Wal)
                     .busy_timeout(Duration::from_secs(10))
+                    .statement_cache_capacity(dialect::STATEMENT_CACHE)
                     .foreign_keys(false)
             });
         let db = Database::connect(options)

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::entity::saga;
 use crate::error::{Context, Error};
-use crate::{BATCH_ROWS_MAX, Store, row};
+use crate::{BATCH_ROWS_MAX, Store, dialect, row};
 
 /// The part of a saga row a ledger comparison reads.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -59,7 +59,7 @@ impl Store {
         let mut out = Vec::with_capacity(request_ids.len());
         for batch in request_ids.chunks(BATCH_ROWS_MAX) {
             let rows = saga::Entity::find()
-                .filter(column.is_in(batch.iter().cloned()))
+                .filter(column.is_in(dialect::padded(batch.to_vec())))
                 .all(&self.db)
                 .await
                 .during("look sagas up by request id", None)?;

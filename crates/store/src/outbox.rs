@@ -36,6 +36,7 @@ impl Store {
         if candidates.is_empty() {
             return Ok(Vec::new());
         }
+        let candidates = dialect::padded(candidates);
         let now = dialect::now_ms(self.backend);
         let sql = format!(
             "UPDATE {} SET relay_owner = ?, relay_until_ms = {now} + ? \
@@ -70,13 +71,14 @@ impl Store {
             return Ok(0);
         }
         let now = dialect::now_ms(self.backend);
+        let biz_ids = dialect::padded(biz_ids.to_vec());
         let sql = format!(
             "UPDATE {} SET published_at_ms = {now} WHERE relay_owner = ? AND published_at_ms IS NULL AND biz_id IN ({})",
             dialect::by_primary_key(self.backend, "outbox"),
             dialect::placeholders(biz_ids.len())
         );
         let mut values: Vec<Value> = vec![owner.into()];
-        values.extend(biz_ids.iter().cloned().map(Value::from));
+        values.extend(biz_ids.into_iter().map(Value::from));
         let result = self
             .db
             .execute_raw(Statement::from_sql_and_values(self.backend, sql, values))

@@ -210,6 +210,7 @@ impl Store {
             let mut orders: Vec<&str> = chunk.iter().map(|s| s.order_no.as_str()).collect();
             orders.sort_unstable();
             orders.dedup();
+            let orders = dialect::padded(orders);
             let sql = format!(
                 "SELECT order_no, src_topic, src_partition, MIN(src_offset) AS first_offset FROM saga \
                  WHERE order_no IN ({}) AND status NOT IN ({}) GROUP BY order_no, src_topic, src_partition",

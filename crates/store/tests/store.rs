@@ -85,6 +85,31 @@ async fn inbox_is_idempotent(db: &TestDb) {
 }
 both_engines!(inbox_insert_is_idempotent, inbox_is_idempotent);
 
+async fn inbox_batch_with_repeats_and_padding(db: &TestDb) {
+    let store = &db.store;
+    // 100 rows, padded to 128 with repeats of the last one (itself a repeat of the first); a
+    // row that existed before and the repeats are each told apart from the fresh ones.
+    let earlier = arrive(store, received(store, "B-earlier", 1_000).await, "c0", LEASE_MS).await;
+    let mut batch = Vec::new();
+    for n in 0..98 {
+        batch.push(received(store, &format!("B-{n:03}"), n).await);
+    }
+    batch.push(earlier.clone());
+    batch.push(batch[0].clone());
+    let arrivals = store.insert_arrivals(&batch, "c1", LEASE_MS, "consumer:c1").await.expect("insert");
+    assert_eq!(arrivals.len(), 100);
+    for (n, (sent, arrival)) in batch.iter().zip(&arrivals).enumerate() {
+        assert_eq!(arrival.saga().biz_id, sent.biz_id, "in input order");
+        assert_eq!(matches!(arrival, Arrival::Fresh(_)), n < 98, "{n}: {arrival:?}");
+    }
+    assert_eq!(arrivals[98].saga().lease.owner_id.as_deref(), Some("c0"), "the earlier row is untouched");
+    for sent in &batch[..98] {
+        let log = store.transitions(&sent.biz_id).await.expect("log");
+        assert_eq!(log.len(), 1, "{}: one arrival row", sent.biz_id);
+    }
+}
+both_engines!(inbox_batch_is_classified_per_row, inbox_batch_with_repeats_and_padding);
+
 async fn poison_is_parked_unleased(db: &TestDb) {
     let store = &db.store;
     let now = store.now_ms().await.expect("clock");
