@@ -481,6 +481,10 @@ impl Progress {
         let mut options = sea_orm::ConnectOptions::new(system.database_url.clone());
         options.max_connections(2).sqlx_logging(false);
         let db = Database::connect(options).await.context("cannot connect to the bench database")?;
+        if kind == SystemKind::BaselineA {
+            // The legacy consumers may still be starting when the warm-up is first counted.
+            db.execute_unprepared(crate::legacy::TABLE).await.context("cannot create the legacy table")?;
+        }
         Ok(Progress {
             kind,
             store: system.store.clone(),
