@@ -45,17 +45,6 @@ pub fn placeholders(n: usize) -> String {
     out
 }
 
-/// Most rows of one multi-row INSERT or members of one fused UPDATE (a saga row has 19
-/// parameters: far below every engine's limit).
-pub const INSERT_ROWS_MAX: usize = 64;
-
-/// The largest power of two up to `left` and [`INSERT_ROWS_MAX`]: the size of the next chunk
-/// of a statement over many rows.
-pub fn chunk_size(left: usize) -> usize {
-    let capped = left.clamp(1, INSERT_ROWS_MAX);
-    1 << (usize::BITS - 1 - capped.leading_zeros())
-}
-
 /// `values` (the list of an `IN (...)`) lengthened to the next power of two by repeating its
 /// last value, which changes nothing a query selects or updates.
 ///
@@ -91,22 +80,6 @@ mod tests {
             assert!(padded.len() >= n && padded.len() < 2 * n.max(1));
             assert_eq!(&padded[..n], &values[..]);
             assert!(padded[n..].iter().all(|v| Some(v) == values.last()), "{n}: only the last value repeats");
-        }
-    }
-
-    #[test]
-    fn chunks_are_powers_of_two_that_add_up() {
-        for (left, expected) in
-            [(1, vec![1]), (3, vec![2, 1]), (64, vec![64]), (100, vec![64, 32, 4]), (130, vec![64, 64, 2])]
-        {
-            let mut chunks = Vec::new();
-            let mut rest = left;
-            while rest > 0 {
-                let chunk = chunk_size(rest);
-                chunks.push(chunk);
-                rest -= chunk;
-            }
-            assert_eq!(chunks, expected, "{left} rows");
         }
     }
 }

@@ -33,9 +33,7 @@ impl Error {
             }
         }
     }
-}
 
-impl Error {
     /// The database gave up on the transaction on its own: a deadlock (MySQL 1213, which rolls
     /// the whole transaction back), a lock wait timeout (1205) or SQLite's busy or locked (5,
     /// 6 and their extended codes). The caller drops the transaction, which rolls back the rest,

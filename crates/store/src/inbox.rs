@@ -63,7 +63,7 @@ impl Store {
         // inserts nothing), so the two statements keep a few shapes that stay prepared on every
         // connection (`dialect::padded` says why). Splitting the batch into power-of-two chunks
         // instead cost a round trip per chunk, which on this box took longer than the padding.
-        let (insert, log) = self.arrival_statements(&dialect::padded(sagas.to_vec()), owner, lease_ms, actor);
+        let (insert, log) = self.arrival_statements(&dialect::padded(sagas.iter().collect()), owner, lease_ms, actor);
         let txn = self.db.begin().await.during("begin inbox insert", None)?;
         txn.execute_raw(insert).await.during("insert inbox rows", None)?;
         txn.execute_raw(log).await.during("insert arrival log rows", None)?;
@@ -73,7 +73,7 @@ impl Store {
     }
 
     /// The INSERT of `sagas`' rows and the INSERT of their arrival log rows.
-    fn arrival_statements(&self, sagas: &[Saga], owner: &str, lease_ms: i64, actor: &str) -> (Statement, Statement) {
+    fn arrival_statements(&self, sagas: &[&Saga], owner: &str, lease_ms: i64, actor: &str) -> (Statement, Statement) {
         let now = dialect::now_ms(self.backend);
         let mut rows = Vec::with_capacity(sagas.len());
         let mut values: Vec<Value> = Vec::with_capacity(sagas.len() * COLUMN_COUNT);

@@ -14,13 +14,16 @@ use std::time::Duration;
 use midflight_model::{BusinessWrite, Change, Saga};
 use sea_orm::{ConnectionTrait, DatabaseTransaction, Statement, TransactionTrait, Value};
 
-use crate::dialect::{INSERT_ROWS_MAX, chunk_size};
 use crate::error::{Context, Error};
 use crate::row::{fit, signed};
 use crate::{Cas, Store, dialect};
 
 /// Who writes, for the transition log: `consumer:<id>`, `recovery:<id>`, `operator:<name>`.
 pub type Actor<'a> = &'a str;
+
+/// Most rows of one multi-row INSERT (8 parameters a log row: far below every engine's limit),
+/// and most members of one fused compare-and-set.
+const INSERT_ROWS_MAX: usize = 64;
 
 /// Tries of one transition transaction that the database keeps rolling back on its own.
 const TRANSACTION_TRIES: u32 = 5;
@@ -494,4 +497,31 @@ struct FollowUp {
 /// The members whose compare-and-set applied.
 fn written<'a>(members: &'a [Member], applied: &[bool]) -> Vec<&'a Member> {
     members.iter().zip(applied).filter(|(_, ok)| **ok).map(|(member, _)| member).collect()
+}
+
+/// The largest power of two up to `left` and [`INSERT_ROWS_MAX`].
+fn chunk_size(left: usize) -> usize {
+    let capped = left.min(INSERT_ROWS_MAX);
+    1 << (usize::BITS - 1 - capped.leading_zeros())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_are_powers_of_two_that_add_up() {
+        for (left, expected) in
+            [(1, vec![1]), (3, vec![2, 1]), (64, vec![64]), (100, vec![64, 32, 4]), (130, vec![64, 64, 2])]
+        {
+            let mut chunks = Vec::new();
+            let mut rest = left;
+            while rest > 0 {
+                let chunk = chunk_size(rest);
+                chunks.push(chunk);
+                rest -= chunk;
+            }
+            assert_eq!(chunks, expected, "{left} rows");
+        }
+    }
 }
