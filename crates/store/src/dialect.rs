@@ -21,14 +21,25 @@ pub fn on_conflict_do_nothing(backend: DbBackend, key_column: &str) -> String {
     }
 }
 
-/// `table` for an UPDATE whose WHERE names rows by a list of primary keys (`biz_id IN (...)`).
-/// On MySQL the optimizer scans the whole index instead when the list is a large part of a
-/// small table, and under REPEATABLE READ a scanning UPDATE keeps every row it read locked
-/// until commit, rows of other sagas included: concurrent group transactions then wait for
-/// each other and deadlock. Forcing the primary key makes it lock only the rows it names.
+/// `table` for a statement whose WHERE names rows by a list of primary keys (`biz_id IN
+/// (...)`). On MySQL the optimizer scans the whole index instead when the list is a large part
+/// of a small table (or is long, see [`through_index`]); a scanning SELECT reads every row, and
+/// under REPEATABLE READ a scanning UPDATE keeps every row it read locked until commit, rows of
+/// other sagas included: concurrent group transactions then wait for each other and deadlock.
+/// Forcing the primary key makes it read and lock only the rows it names.
 pub fn by_primary_key(backend: DbBackend, table: &str) -> String {
+    through_index(backend, table, "PRIMARY")
+}
+
+/// `table`, read through `index` on MySQL. A statement whose WHERE names rows by a long list
+/// (`col IN (...)`, more values than the server's `eq_range_index_dive_limit`, 200 by default)
+/// is planned from the index statistics instead of a look at the index; while a table is
+/// young those statistics count next to no rows, and MySQL then scans the whole table: on the
+/// consumer's hot path that was a full scan of the saga table for every inbox batch. SQLite
+/// plans these from the index on its own.
+pub fn through_index(backend: DbBackend, table: &str, index: &str) -> String {
     match backend {
-        DbBackend::MySql => format!("{table} FORCE INDEX (PRIMARY)"),
+        DbBackend::MySql => format!("{table} FORCE INDEX ({index})"),
         _ => table.to_owned(),
     }
 }

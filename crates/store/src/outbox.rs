@@ -51,18 +51,29 @@ impl Store {
             .await
             .during("claim outbox rows", None)?;
         self.stats.write_committed();
-        let claimed = outbox::Entity::find()
-            .filter(outbox::Column::BizId.is_in(candidates))
-            .filter(outbox::Column::RelayOwner.eq(owner))
-            .filter(outbox::Column::PublishedAtMs.is_null())
-            .order_by_asc(outbox::Column::CreatedAtMs)
-            .all(&self.db)
+        let sql = format!(
+            "SELECT biz_id, payload, trace_context FROM {} \
+             WHERE relay_owner = ? AND published_at_ms IS NULL AND biz_id IN ({}) ORDER BY created_at_ms",
+            dialect::by_primary_key(self.backend, "outbox"),
+            dialect::placeholders(candidates.len())
+        );
+        let mut values: Vec<Value> = vec![owner.into()];
+        values.extend(candidates.into_iter().map(Value::from));
+        let rows = self
+            .db
+            .query_all_raw(Statement::from_sql_and_values(self.backend, sql, values))
             .await
             .during("read claimed outbox rows", None)?;
-        Ok(claimed
-            .into_iter()
-            .map(|row| OutboxMessage { biz_id: row.biz_id, payload: row.payload, trace_context: row.trace_context })
-            .collect())
+        rows.iter()
+            .map(|row| {
+                Ok(OutboxMessage {
+                    biz_id: row.try_get("", "biz_id")?,
+                    payload: row.try_get("", "payload")?,
+                    trace_context: row.try_get("", "trace_context")?,
+                })
+            })
+            .collect::<Result<_, sea_orm::DbErr>>()
+            .during("read claimed outbox rows", None)
     }
 
     /// Marks rows published, if `owner` still holds their claim; returns how many it marked.
