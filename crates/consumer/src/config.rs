@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 /// Highest `in_flight_max`: every saga in flight holds its row and a task in memory (a few KiB),
 /// so this caps the process at a few hundred MiB whatever the configuration says.
 pub const IN_FLIGHT_CEILING: usize = 100_000;
+/// Most batches made durable at once.
+pub const BATCHES_IN_FLIGHT_MAX: usize = 16;
 /// Longest batch linger: every message of a batch waits up to this long before it is durable.
 pub const BATCH_LINGER_MS_MAX: u64 = 1_000;
 /// Longest graceful-shutdown wait: beyond a minute an orchestrator kills the process anyway.
@@ -66,6 +68,10 @@ pub struct ConsumerSection {
     /// How long a batch waits for more messages after its first one. 20 ms is small against a
     /// saga of about 0.5 s, and gathers ~80 messages per batch at 4,000 msg/s.
     pub batch_linger_ms: u64,
+    /// Batches being made durable at once. While one batch's inbox transaction runs, the next
+    /// is gathered and written beside it instead of waiting its turn; offsets are still
+    /// committed, and sagas started, in the order of the batches. 1 writes one batch at a time.
+    pub batches_in_flight: usize,
     /// Sagas accepted (running or queued behind an earlier saga of their order) at once; at
     /// this bound the consumer pauses its partitions, and a batch never takes more than the
     /// room left. 2,000 is 4,000 msg/s x 0.5 s per saga, the user's peak.
@@ -96,6 +102,7 @@ impl Default for ConsumerSection {
             instance: "consumer".to_owned(),
             batch_max: 256,
             batch_linger_ms: 20,
+            batches_in_flight: 4,
             in_flight_max: 2_000,
             resume_below: 1_500,
             saga_deadline_ms: 15 * 60_000,
@@ -151,6 +158,12 @@ impl ConsumerSection {
             problems.push(format!(
                 "{at}.batch_linger_ms must be at most {BATCH_LINGER_MS_MAX}, got {}",
                 self.batch_linger_ms
+            ));
+        }
+        if !(1..=BATCHES_IN_FLIGHT_MAX).contains(&self.batches_in_flight) {
+            problems.push(format!(
+                "{at}.batches_in_flight must be in 1..={BATCHES_IN_FLIGHT_MAX} (each holds a database connection), got {}",
+                self.batches_in_flight
             ));
         }
         if !(1..=IN_FLIGHT_CEILING).contains(&self.in_flight_max) {
@@ -245,13 +258,15 @@ mod tests {
         let mut config = ConsumerConfig::default();
         config.consumer.in_flight_max = 0;
         config.consumer.batch_max = 501;
+        config.consumer.batches_in_flight = 0;
         config.consumer.relay.claim_ms = 5_000;
         let problems = config.problems();
         let text = problems.join("\n");
         assert!(text.contains("consumer.in_flight_max must be in 1..=100000, got 0"), "{text}");
         assert!(text.contains("consumer.resume_below (1500) must be below in_flight_max (0)"), "{text}");
         assert!(text.contains("consumer.batch_max must be in 1..=500"), "{text}");
+        assert!(text.contains("consumer.batches_in_flight must be in 1..=16"), "{text}");
         assert!(text.contains("consumer.relay.claim_ms (5000) must exceed delivery_timeout_ms (10000)"), "{text}");
-        assert_eq!(problems.len(), 4, "{text}");
+        assert_eq!(problems.len(), 5, "{text}");
     }
 }

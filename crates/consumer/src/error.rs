@@ -16,6 +16,8 @@ pub enum Error {
     Downstreams(#[from] midflight_api::client::Error),
     #[error("dead-letter copy of {message} to {dead_letter_topic} not delivered: {source}")]
     DeadLetter { message: Box<MessageRef>, dead_letter_topic: String, source: KafkaError },
+    #[error("the task writing a batch failed: {0}")]
+    Write(String),
     #[error("batch of {messages} messages starting at {first} not made durable after {attempts} attempts: {last}")]
     Batch { first: Box<MessageRef>, messages: usize, attempts: u32, last: Box<Error> },
 }

@@ -123,6 +123,9 @@ pub async fn run_with<D: Downstream>(
         paused: false,
         generation: 0,
         errors: kafka::Throttle::new(),
+        pending: std::collections::VecDeque::new(),
+        broken: false,
+        orphans: Vec::new(),
     };
     let result = pipeline.run(&shutdown).await;
     if let Err(error) = &result {

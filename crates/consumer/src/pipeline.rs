@@ -3,6 +3,15 @@
 //! each row to the scheduler: fresh rows are driven, redelivered rows are left alone unless
 //! their lease expired, in which case they go through the same claim as recovery.
 //!
+//! Up to `batches_in_flight` batches are written at once, each as a task of its own, while the
+//! loop gathers the next. Their results are taken in the order the batches were read: a batch's
+//! offsets are committed, and its sagas scheduled, only after every batch before it, so a
+//! commit never passes a message that is not durable, and sagas of one order still reach the
+//! scheduler in arrival order. A biz_id is in at most one batch being written and never both
+//! there and in the scheduler (a later copy counts as a duplicate in flight). A batch's order
+//! check cannot see rows of the batches written beside it; its sagas whose order is also in one
+//! of those are left for the driver to check when it starts.
+//!
 //! Flow control: at `in_flight_max` sagas the assigned partitions are paused (fetching stops,
 //! `recv` keeps serving rebalances) and resumed at `resume_below`.
 //!
@@ -10,7 +19,7 @@
 //! releases its lease), release the leases of queued sagas that never started, wait for running
 //! sagas up to `shutdown_deadline_ms`, commit what is durable, leave the group.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::ConsumerSection;
 use crate::counters::Counters;
 use crate::error::Error;
-use crate::inbox::{self, Incoming, Poison};
+use crate::inbox::{self, Arrived, Incoming, Poison};
 use crate::kafka::{Client, Partition, Producer, Throttle};
 use crate::scheduler::{Ended, Job, JobKind, Scheduler};
 
@@ -53,26 +62,55 @@ pub(crate) struct Pipeline<D> {
     /// The rebalance generation the pause state was last applied to.
     pub generation: u64,
     pub errors: Throttle,
+    /// Batches being written, oldest first.
+    pub pending: VecDeque<Pending>,
+    /// A batch failed or was interrupted: no later batch is committed or scheduled.
+    pub broken: bool,
+    /// Fresh rows of batches written after a broken one, whose leases shutdown releases.
+    pub orphans: Vec<Saga>,
 }
 
 enum Event {
     Stop,
+    Written(Result<Option<Durable>, Error>),
     Ended(Ended),
     Message(KafkaResult<Incoming>),
 }
 
+/// A batch being made durable by a task of its own.
+pub(crate) struct Pending {
+    write: tokio::task::JoinHandle<Result<Option<Durable>, Error>>,
+    /// What to commit once it is durable.
+    next: BTreeMap<Partition, i64>,
+    /// The biz_id and order of each row it writes.
+    rows: Vec<(String, String)>,
+    /// Its orders that also have rows in a batch written beside it.
+    overlapping: HashSet<String>,
+    messages: usize,
+    started: Instant,
+}
+
 /// A batch made durable.
-struct Durable {
+pub(crate) struct Durable {
     arrivals: Vec<Arrival>,
     /// When the inbox write that leased the fresh rows was sent.
     leased_at: Instant,
-    /// Database-clock reading taken just before the write.
+    /// Database-clock reading taken just before the batch was parsed.
     now_ms: i64,
     parked: HashSet<String>,
-    duplicates: u64,
     /// Fresh rows whose order may have an earlier unfinished saga: their drivers ask again
     /// when they start; the others skip the question (one query for the batch instead).
     maybe_blocked: HashSet<String>,
+}
+
+/// What a batch's write needs, owned: it runs as a task beside the loop.
+struct Writer {
+    store: Store,
+    producer: Producer,
+    dead_letter_topic: String,
+    owner: String,
+    actor: String,
+    lease_ms: i64,
 }
 
 impl<D: Downstream> Pipeline<D> {
@@ -80,22 +118,34 @@ impl<D: Downstream> Pipeline<D> {
     pub(crate) async fn run(&mut self, shutdown: &CancellationToken) -> Result<(), Error> {
         loop {
             self.flow();
+            let room = self.pending.len() < self.settings.batches_in_flight;
             let event = tokio::select! {
                 biased;
                 () = shutdown.cancelled() => Event::Stop,
+                written = oldest(&mut self.pending) => Event::Written(written),
                 Some(ended) = self.scheduler.join_next() => Event::Ended(ended),
-                message = recv(&self.consumer) => Event::Message(message),
+                message = recv(&self.consumer), if room => Event::Message(message),
             };
             match event {
                 Event::Stop => return Ok(()),
+                Event::Written(result) => {
+                    if !self.written(result)? {
+                        return Ok(());
+                    }
+                }
                 Event::Ended(ended) => self.scheduler.ended(ended),
                 Event::Message(Ok(first)) => {
                     let batch = self.collect(first).await;
-                    self.accept(batch, shutdown).await?;
+                    self.launch(batch, shutdown).await?;
                 }
                 Event::Message(Err(error)) => self.consumer_error(&error),
             }
         }
+    }
+
+    /// Messages in batches being written.
+    fn pending_messages(&self) -> usize {
+        self.pending.iter().map(|p| p.messages).sum()
     }
 
     /// Gathers more messages after `first`, for up to `batch_linger_ms`, up to `batch_max` or
@@ -103,7 +153,7 @@ impl<D: Downstream> Pipeline<D> {
     /// in-flight count far past its bound (only a message already fetched when the partitions
     /// were paused can).
     async fn collect(&self, first: Incoming) -> Vec<Incoming> {
-        let room = self.settings.in_flight_max.saturating_sub(self.scheduler.len());
+        let room = self.settings.in_flight_max.saturating_sub(self.scheduler.len() + self.pending_messages());
         let size_max = room.clamp(1, self.settings.batch_max);
         let mut batch = Vec::with_capacity(size_max);
         batch.push(first);
@@ -126,47 +176,56 @@ impl<D: Downstream> Pipeline<D> {
         }
     }
 
-    /// Makes `batch` durable, commits its offsets, and schedules its sagas.
-    async fn accept(&mut self, batch: Vec<Incoming>, shutdown: &CancellationToken) -> Result<(), Error> {
-        let started = Instant::now();
-        let Some(durable) = self.make_durable(&batch, shutdown).await? else { return Ok(()) };
-        tracing::debug!(
-            messages = batch.len(),
-            durable_ms = started.elapsed().as_millis() as u64,
-            "batch made durable"
-        );
-        self.commit(&inbox::next_offsets(&batch));
-        Counters::add(&self.counters.batches, 1);
-        Counters::add(&self.counters.parked, durable.parked.len() as u64);
-        crate::telemetry::arrived(Status::Parked, durable.parked.len());
-        Counters::add(&self.counters.duplicates_in_flight, durable.duplicates);
-        self.schedule(durable);
+    /// Parses `batch` and starts writing it beside the loop. Copies of sagas already in flight
+    /// here (in the scheduler or in a batch being written) are counted and left out.
+    async fn launch(&mut self, batch: Vec<Incoming>, shutdown: &CancellationToken) -> Result<(), Error> {
+        let Some(now_ms) = self.clock(&batch, shutdown).await? else { return Ok(()) };
+        let in_writes: HashSet<&str> =
+            self.pending.iter().flat_map(|p| p.rows.iter().map(|(id, _)| id.as_str())).collect();
+        let pending_orders: HashSet<&str> =
+            self.pending.iter().flat_map(|p| p.rows.iter().map(|(_, order)| order.as_str())).collect();
+        let mut arrived = Vec::with_capacity(batch.len());
+        let mut duplicates = 0;
+        for (index, message) in batch.iter().enumerate() {
+            let arrival = inbox::arrive(message, now_ms, self.settings.saga_deadline_ms);
+            let biz_id = arrival.saga.biz_id.as_str();
+            if self.scheduler.contains(biz_id) || in_writes.contains(biz_id) {
+                duplicates += 1;
+                continue;
+            }
+            // A repeat inside the batch goes to the inbox too: the insert tells it apart.
+            arrived.push((index, arrival));
+        }
+        Counters::add(&self.counters.duplicates_in_flight, duplicates);
+        let rows: Vec<(String, String)> =
+            arrived.iter().map(|(_, a)| (a.saga.biz_id.clone(), a.saga.order_no.clone())).collect();
+        let overlapping =
+            rows.iter().filter(|(_, order)| pending_orders.contains(order.as_str())).map(|(_, o)| o.clone()).collect();
+        let writer = Writer {
+            store: self.store.clone(),
+            producer: self.producer.clone(),
+            dead_letter_topic: self.dead_letter_topic.clone(),
+            owner: self.owner.clone(),
+            actor: self.actor.clone(),
+            lease_ms: self.lease_ms,
+        };
+        let next = inbox::next_offsets(&batch);
+        let messages = batch.len();
+        let write = tokio::spawn(writer.make_durable(batch, arrived, now_ms, shutdown.clone()));
+        self.pending.push_back(Pending { write, next, rows, overlapping, messages, started: Instant::now() });
         Ok(())
     }
 
-    /// [`Self::try_make_durable`] with bounded retries; `None` if shutdown interrupted them.
-    async fn make_durable(&self, batch: &[Incoming], shutdown: &CancellationToken) -> Result<Option<Durable>, Error> {
+    /// The database clock for parsing a batch, with the same bounded retries as its write;
+    /// `None` if shutdown interrupted them.
+    async fn clock(&self, batch: &[Incoming], shutdown: &CancellationToken) -> Result<Option<i64>, Error> {
         let mut attempt = 1;
         loop {
-            let error = match self.try_make_durable(batch).await {
-                Ok(durable) => return Ok(Some(durable)),
-                Err(error) => error,
+            let error = match self.store.now_ms().await {
+                Ok(now_ms) => return Ok(Some(now_ms)),
+                Err(error) => Error::from(error),
             };
-            let first = &batch[0];
-            if attempt >= BATCH_ATTEMPTS_MAX {
-                let biz_id = inbox::arrive(first, 0, 0).saga.biz_id;
-                return Err(Error::Batch {
-                    first: Box::new(first.reference(&biz_id)),
-                    messages: batch.len(),
-                    attempts: attempt,
-                    last: Box::new(error),
-                });
-            }
-            let backoff = BATCH_BACKOFF_BASE * 2_u32.pow(attempt - 1);
-            tracing::warn!(
-                topic = %first.topic, partition = first.partition, offset = first.offset, messages = batch.len(),
-                attempt, %error, "batch not made durable; retrying"
-            );
+            let backoff = retry_after(batch, attempt, error)?;
             tokio::select! {
                 () = shutdown.cancelled() => return Ok(None),
                 () = tokio::time::sleep(backoff) => {}
@@ -175,39 +234,43 @@ impl<D: Downstream> Pipeline<D> {
         }
     }
 
-    /// Parses the batch, delivers dead-letter copies, and inserts the rows in one transaction.
-    async fn try_make_durable(&self, batch: &[Incoming]) -> Result<Durable, Error> {
-        let now_ms = self.store.now_ms().await?;
-        let mut sagas = Vec::with_capacity(batch.len());
-        let mut errors = Vec::new();
-        let mut duplicates = 0;
-        for message in batch {
-            let arrived = inbox::arrive(message, now_ms, self.settings.saga_deadline_ms);
-            // Our own saga, redelivered while we drive it: its row exists already.
-            if self.scheduler.contains(&arrived.saga.biz_id) {
-                duplicates += 1;
-                continue;
+    /// The oldest batch's write ended: commit its offsets and schedule its sagas. `false` if
+    /// shutdown interrupted it (nothing after it is taken).
+    fn written(&mut self, result: Result<Option<Durable>, Error>) -> Result<bool, Error> {
+        let Some(batch) = self.pending.pop_front() else { return Ok(true) };
+        if self.broken {
+            if let Ok(Some(durable)) = result {
+                self.orphans.extend(durable.arrivals.into_iter().filter_map(|arrival| match arrival {
+                    Arrival::Fresh(saga) if saga.status == Status::Received => Some(saga),
+                    _ => None,
+                }));
             }
-            if let Some(error) = arrived.poison {
-                errors.push((message, sagas.len(), error));
-            }
-            sagas.push(arrived.saga);
+            return Ok(false);
         }
-        let poison: Vec<Poison<'_>> =
-            errors.iter().map(|(message, index, error)| Poison { message, saga: &sagas[*index], error }).collect();
-        inbox::dead_letter(&self.producer, &self.dead_letter_topic, &poison).await?;
-        let parked = poison.iter().map(|p| p.saga.biz_id.clone()).collect();
-        let leased_at = Instant::now();
-        let arrivals = self.store.insert_arrivals(&sagas, &self.owner, self.lease_ms, &self.actor).await?;
-        let fresh: Vec<&Saga> = arrivals
-            .iter()
-            .filter_map(|arrival| match arrival {
-                Arrival::Fresh(saga) => Some(saga),
-                Arrival::Existing(_) => None,
-            })
-            .collect();
-        let maybe_blocked = self.store.maybe_blocked(&fresh).await?;
-        Ok(Durable { arrivals, leased_at, now_ms, parked, duplicates, maybe_blocked })
+        let result = result.inspect_err(|_| self.broken = true);
+        let Some(mut durable) = result? else {
+            self.broken = true;
+            return Ok(false);
+        };
+        tracing::debug!(
+            messages = batch.messages,
+            durable_ms = batch.started.elapsed().as_millis() as u64,
+            beside = self.pending.len(),
+            "batch made durable"
+        );
+        self.commit(&batch.next);
+        Counters::add(&self.counters.batches, 1);
+        Counters::add(&self.counters.parked, durable.parked.len() as u64);
+        crate::telemetry::arrived(Status::Parked, durable.parked.len());
+        for arrival in &durable.arrivals {
+            if let Arrival::Fresh(saga) = arrival
+                && batch.overlapping.contains(&saga.order_no)
+            {
+                durable.maybe_blocked.insert(saga.biz_id.clone());
+            }
+        }
+        self.schedule(durable);
+        Ok(true)
     }
 
     /// Commits offsets of a durable batch, asynchronously: a failed commit is superseded by
@@ -227,7 +290,7 @@ impl<D: Downstream> Pipeline<D> {
     }
 
     fn schedule(&mut self, durable: Durable) {
-        let Durable { arrivals, leased_at, now_ms, parked, maybe_blocked, .. } = durable;
+        let Durable { arrivals, leased_at, now_ms, parked, maybe_blocked } = durable;
         for arrival in arrivals {
             match arrival {
                 Arrival::Fresh(saga) => {
@@ -270,7 +333,7 @@ impl<D: Downstream> Pipeline<D> {
     /// Pauses the assignment at `in_flight_max`, resumes it at `resume_below`, and re-pauses
     /// partitions assigned while paused.
     fn flow(&mut self) {
-        let in_flight = self.scheduler.len();
+        let in_flight = self.scheduler.len() + self.pending_messages();
         let generation = self.consumer.context().generation();
         let moved = generation != self.generation;
         self.generation = generation;
@@ -296,8 +359,23 @@ impl<D: Downstream> Pipeline<D> {
         }
     }
 
+    /// Waits for the batches still being written and takes each in turn as the loop would;
+    /// after one that failed or was interrupted, later ones are not committed (Kafka delivers
+    /// their messages again) and the leases of their fresh rows are released.
+    async fn finish_writes(&mut self) {
+        while !self.pending.is_empty() {
+            let result = oldest(&mut self.pending).await;
+            if let Err(error) = self.written(result) {
+                tracing::warn!(owner = %self.owner, %error,
+                    "a batch still being written at shutdown failed; it and the batches after it are not committed");
+            }
+        }
+        release(&self.store, std::mem::take(&mut self.orphans)).await;
+    }
+
     /// The graceful stop. `stop` is the drivers' token.
     pub(crate) async fn shutdown(mut self, stop: &CancellationToken) {
+        self.finish_writes().await;
         stop.cancel();
         self.apply(true);
         let queued = self.scheduler.drain_queued();
@@ -334,6 +412,84 @@ impl<D: Downstream> Pipeline<D> {
         if left.await.is_err() {
             tracing::warn!("leaving the consumer group panicked");
         }
+    }
+}
+
+impl Writer {
+    /// [`Writer::try_once`] with bounded retries; `None` if shutdown interrupted them.
+    async fn make_durable(
+        self,
+        batch: Vec<Incoming>,
+        arrived: Vec<(usize, Arrived)>,
+        now_ms: i64,
+        shutdown: CancellationToken,
+    ) -> Result<Option<Durable>, Error> {
+        let mut attempt = 1;
+        loop {
+            let error = match self.try_once(&batch, &arrived, now_ms).await {
+                Ok(durable) => return Ok(Some(durable)),
+                Err(error) => error,
+            };
+            let backoff = retry_after(&batch, attempt, error)?;
+            tokio::select! {
+                () = shutdown.cancelled() => return Ok(None),
+                () = tokio::time::sleep(backoff) => {}
+            }
+            attempt += 1;
+        }
+    }
+
+    /// Delivers dead-letter copies, inserts the rows in one transaction, and asks which fresh
+    /// rows may wait for an earlier saga of their order.
+    async fn try_once(&self, batch: &[Incoming], arrived: &[(usize, Arrived)], now_ms: i64) -> Result<Durable, Error> {
+        let poison: Vec<Poison<'_>> = arrived
+            .iter()
+            .filter_map(|(index, a)| {
+                a.poison.as_ref().map(|error| Poison { message: &batch[*index], saga: &a.saga, error })
+            })
+            .collect();
+        inbox::dead_letter(&self.producer, &self.dead_letter_topic, &poison).await?;
+        let parked = poison.iter().map(|p| p.saga.biz_id.clone()).collect();
+        let sagas: Vec<Saga> = arrived.iter().map(|(_, a)| a.saga.clone()).collect();
+        let leased_at = Instant::now();
+        let arrivals = self.store.insert_arrivals(&sagas, &self.owner, self.lease_ms, &self.actor).await?;
+        let fresh: Vec<&Saga> = arrivals
+            .iter()
+            .filter_map(|arrival| match arrival {
+                Arrival::Fresh(saga) => Some(saga),
+                Arrival::Existing(_) => None,
+            })
+            .collect();
+        let maybe_blocked = self.store.maybe_blocked(&fresh).await?;
+        Ok(Durable { arrivals, leased_at, now_ms, parked, maybe_blocked })
+    }
+}
+
+/// How long to wait before attempt `attempt + 1` at making `batch` durable, or the error that
+/// ends the run once the attempts are spent.
+fn retry_after(batch: &[Incoming], attempt: u32, error: Error) -> Result<Duration, Error> {
+    let first = &batch[0];
+    if attempt >= BATCH_ATTEMPTS_MAX {
+        let biz_id = inbox::arrive(first, 0, 0).saga.biz_id;
+        return Err(Error::Batch {
+            first: Box::new(first.reference(&biz_id)),
+            messages: batch.len(),
+            attempts: attempt,
+            last: Box::new(error),
+        });
+    }
+    tracing::warn!(
+        topic = %first.topic, partition = first.partition, offset = first.offset, messages = batch.len(),
+        attempt, %error, "batch not made durable; retrying"
+    );
+    Ok(BATCH_BACKOFF_BASE * 2_u32.pow(attempt - 1))
+}
+
+/// The result of the oldest batch's write; never ready while no batch is being written.
+async fn oldest(pending: &mut VecDeque<Pending>) -> Result<Option<Durable>, Error> {
+    match pending.front_mut() {
+        Some(batch) => (&mut batch.write).await.unwrap_or_else(|error| Err(Error::Write(error.to_string()))),
+        None => std::future::pending().await,
     }
 }
 

@@ -399,6 +399,35 @@ async fn same_order_in_one_batch(db: &TestDb) {
 }
 both_engines!(same_order_runs_one_at_a_time, same_order_in_one_batch);
 
+async fn same_order_in_batches_written_side_by_side(db: &TestDb) {
+    // One message per batch and two batches written at once: the second event's batch is
+    // written beside the first's, yet its saga must still wait for the first to finish.
+    let options =
+        MockOptions { wms_faults: fault("LockStock", MethodFaults::with_latency(80, 80)), ..MockOptions::default() };
+    let harness = Harness::start(options).await;
+    let (paid, changed) = (event("W-1", "PAID"), event("W-1", "ADDRESS_CHANGED"));
+    let placed = harness.produce(&[record(&paid), record(&changed)]).await;
+    assert_eq!(placed[0].0, placed[1].0, "one order, one partition");
+    let mut config = harness.config("g", "c1");
+    (config.consumer.batch_max, config.consumer.batches_in_flight) = (1, 2);
+    let consumer = harness.start_consumer(config, &db.store);
+    eventually("both sagas DONE", || async {
+        let s = consumer.snapshot();
+        if s.done == 2 { Ok(()) } else { Err(format!("{s:?}")) }
+    })
+    .await;
+    let snapshot = consumer.stop().await;
+    assert_eq!((snapshot.received, snapshot.batches), (2, 2), "one event per batch: {snapshot:?}");
+
+    let first = db.store.transitions(&paid.biz_id()).await.expect("first log");
+    let second = db.store.transitions(&changed.biz_id()).await.expect("second log");
+    let first_done = first.iter().find(|t| t.to == Status::Done).expect("first finished").at_ms;
+    let second_started = second.iter().find(|t| t.to != Status::Received).expect("second started").at_ms;
+    assert!(second_started >= first_done, "second started at {second_started}, first finished at {first_done}");
+    assert!(second.iter().all(|t| !t.is_takeover()), "the second ran in this process: {second:?}");
+}
+both_engines!(same_order_across_overlapping_batches, same_order_in_batches_written_side_by_side);
+
 async fn poison_between_good(db: &TestDb) {
     let harness = Harness::start(MockOptions::default()).await;
     let goods = orders("P", 3);
