@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use midflight_driver::Downstream;
-use midflight_model::{Saga, Status};
+use midflight_model::{PayloadError, Saga, Status};
 use midflight_store::{Arrival, Store};
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::KafkaResult;
@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::ConsumerSection;
 use crate::counters::Counters;
 use crate::error::Error;
-use crate::inbox::{self, Arrived, Incoming, Poison};
+use crate::inbox::{self, Incoming, Poison};
 use crate::kafka::{Client, Partition, Producer, Throttle};
 use crate::scheduler::{Ended, Job, JobKind, Scheduler};
 
@@ -101,6 +101,13 @@ pub(crate) struct Durable {
     /// Fresh rows whose order may have an earlier unfinished saga: their drivers ask again
     /// when they start; the others skip the question (one query for the batch instead).
     maybe_blocked: HashSet<String>,
+}
+
+/// A poison message of a batch: its index, the index of the parked row it became, and why.
+struct Poisoned {
+    message: usize,
+    saga: usize,
+    error: PayloadError,
 }
 
 /// What a batch's write needs, owned: it runs as a task beside the loop.
@@ -179,26 +186,31 @@ impl<D: Downstream> Pipeline<D> {
     /// Parses `batch` and starts writing it beside the loop. Copies of sagas already in flight
     /// here (in the scheduler or in a batch being written) are counted and left out.
     async fn launch(&mut self, batch: Vec<Incoming>, shutdown: &CancellationToken) -> Result<(), Error> {
-        let Some(now_ms) = self.clock(&batch, shutdown).await? else { return Ok(()) };
+        let Some(now_ms) = retrying(&batch, shutdown, || async { Ok(self.store.now_ms().await?) }).await? else {
+            return Ok(());
+        };
         let in_writes: HashSet<&str> =
             self.pending.iter().flat_map(|p| p.rows.iter().map(|(id, _)| id.as_str())).collect();
         let pending_orders: HashSet<&str> =
             self.pending.iter().flat_map(|p| p.rows.iter().map(|(_, order)| order.as_str())).collect();
-        let mut arrived = Vec::with_capacity(batch.len());
+        let mut sagas = Vec::with_capacity(batch.len());
+        let mut poisoned = Vec::new();
         let mut duplicates = 0;
         for (index, message) in batch.iter().enumerate() {
-            let arrival = inbox::arrive(message, now_ms, self.settings.saga_deadline_ms);
-            let biz_id = arrival.saga.biz_id.as_str();
+            let arrived = inbox::arrive(message, now_ms, self.settings.saga_deadline_ms);
+            let biz_id = arrived.saga.biz_id.as_str();
             if self.scheduler.contains(biz_id) || in_writes.contains(biz_id) {
                 duplicates += 1;
                 continue;
             }
             // A repeat inside the batch goes to the inbox too: the insert tells it apart.
-            arrived.push((index, arrival));
+            if let Some(error) = arrived.poison {
+                poisoned.push(Poisoned { message: index, saga: sagas.len(), error });
+            }
+            sagas.push(arrived.saga);
         }
         Counters::add(&self.counters.duplicates_in_flight, duplicates);
-        let rows: Vec<(String, String)> =
-            arrived.iter().map(|(_, a)| (a.saga.biz_id.clone(), a.saga.order_no.clone())).collect();
+        let rows: Vec<(String, String)> = sagas.iter().map(|s| (s.biz_id.clone(), s.order_no.clone())).collect();
         let overlapping =
             rows.iter().filter(|(_, order)| pending_orders.contains(order.as_str())).map(|(_, o)| o.clone()).collect();
         let writer = Writer {
@@ -211,27 +223,9 @@ impl<D: Downstream> Pipeline<D> {
         };
         let next = inbox::next_offsets(&batch);
         let messages = batch.len();
-        let write = tokio::spawn(writer.make_durable(batch, arrived, now_ms, shutdown.clone()));
+        let write = tokio::spawn(writer.make_durable(batch, sagas, poisoned, now_ms, shutdown.clone()));
         self.pending.push_back(Pending { write, next, rows, overlapping, messages, started: Instant::now() });
         Ok(())
-    }
-
-    /// The database clock for parsing a batch, with the same bounded retries as its write;
-    /// `None` if shutdown interrupted them.
-    async fn clock(&self, batch: &[Incoming], shutdown: &CancellationToken) -> Result<Option<i64>, Error> {
-        let mut attempt = 1;
-        loop {
-            let error = match self.store.now_ms().await {
-                Ok(now_ms) => return Ok(Some(now_ms)),
-                Err(error) => Error::from(error),
-            };
-            let backoff = retry_after(batch, attempt, error)?;
-            tokio::select! {
-                () = shutdown.cancelled() => return Ok(None),
-                () = tokio::time::sleep(backoff) => {}
-            }
-            attempt += 1;
-        }
     }
 
     /// The oldest batch's write ended: commit its offsets and schedule its sagas. `false` if
@@ -247,10 +241,16 @@ impl<D: Downstream> Pipeline<D> {
             }
             return Ok(false);
         }
-        let result = result.inspect_err(|_| self.broken = true);
-        let Some(mut durable) = result? else {
-            self.broken = true;
-            return Ok(false);
+        let mut durable = match result {
+            Ok(Some(durable)) => durable,
+            Ok(None) => {
+                self.broken = true;
+                return Ok(false);
+            }
+            Err(error) => {
+                self.broken = true;
+                return Err(error);
+            }
         };
         tracing::debug!(
             messages = batch.messages,
@@ -420,39 +420,31 @@ impl Writer {
     async fn make_durable(
         self,
         batch: Vec<Incoming>,
-        arrived: Vec<(usize, Arrived)>,
+        sagas: Vec<Saga>,
+        poisoned: Vec<Poisoned>,
         now_ms: i64,
         shutdown: CancellationToken,
     ) -> Result<Option<Durable>, Error> {
-        let mut attempt = 1;
-        loop {
-            let error = match self.try_once(&batch, &arrived, now_ms).await {
-                Ok(durable) => return Ok(Some(durable)),
-                Err(error) => error,
-            };
-            let backoff = retry_after(&batch, attempt, error)?;
-            tokio::select! {
-                () = shutdown.cancelled() => return Ok(None),
-                () = tokio::time::sleep(backoff) => {}
-            }
-            attempt += 1;
-        }
+        retrying(&batch, &shutdown, || self.try_once(&batch, &sagas, &poisoned, now_ms)).await
     }
 
     /// Delivers dead-letter copies, inserts the rows in one transaction, and asks which fresh
     /// rows may wait for an earlier saga of their order.
-    async fn try_once(&self, batch: &[Incoming], arrived: &[(usize, Arrived)], now_ms: i64) -> Result<Durable, Error> {
-        let poison: Vec<Poison<'_>> = arrived
+    async fn try_once(
+        &self,
+        batch: &[Incoming],
+        sagas: &[Saga],
+        poisoned: &[Poisoned],
+        now_ms: i64,
+    ) -> Result<Durable, Error> {
+        let poison: Vec<Poison<'_>> = poisoned
             .iter()
-            .filter_map(|(index, a)| {
-                a.poison.as_ref().map(|error| Poison { message: &batch[*index], saga: &a.saga, error })
-            })
+            .map(|p| Poison { message: &batch[p.message], saga: &sagas[p.saga], error: &p.error })
             .collect();
         inbox::dead_letter(&self.producer, &self.dead_letter_topic, &poison).await?;
         let parked = poison.iter().map(|p| p.saga.biz_id.clone()).collect();
-        let sagas: Vec<Saga> = arrived.iter().map(|(_, a)| a.saga.clone()).collect();
         let leased_at = Instant::now();
-        let arrivals = self.store.insert_arrivals(&sagas, &self.owner, self.lease_ms, &self.actor).await?;
+        let arrivals = self.store.insert_arrivals(sagas, &self.owner, self.lease_ms, &self.actor).await?;
         let fresh: Vec<&Saga> = arrivals
             .iter()
             .filter_map(|arrival| match arrival {
@@ -462,6 +454,33 @@ impl Writer {
             .collect();
         let maybe_blocked = self.store.maybe_blocked(&fresh).await?;
         Ok(Durable { arrivals, leased_at, now_ms, parked, maybe_blocked })
+    }
+}
+
+/// `attempt` until it succeeds, with bounded retries and a doubling backoff ([`retry_after`]);
+/// `None` if shutdown interrupted the wait between two tries. Both steps of making `batch`
+/// durable go through this: reading the clock to parse it, and writing it.
+async fn retrying<T, F, Fut>(
+    batch: &[Incoming],
+    shutdown: &CancellationToken,
+    mut attempt: F,
+) -> Result<Option<T>, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, Error>>,
+{
+    let mut tries = 1;
+    loop {
+        let error = match attempt().await {
+            Ok(value) => return Ok(Some(value)),
+            Err(error) => error,
+        };
+        let backoff = retry_after(batch, tries, error)?;
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(None),
+            () = tokio::time::sleep(backoff) => {}
+        }
+        tries += 1;
     }
 }
 
