@@ -1,6 +1,6 @@
 //! How many sagas a second the saga store alone sustains on this box: inbox batches, then each
 //! saga's three transitions (business row + WMS intent, WMS answer + logistics intent,
-//! shipment + DONE + outbox), written by up to `IN_FLIGHT` concurrent drivers as the consumer
+//! shipment + DONE + outbox), written by up to `IN_FLIGHT_DEFAULT` concurrent drivers as the consumer
 //! does, with the downstream answers canned (no calls, no Kafka). Once with every transition in
 //! a transaction of its own, once with group commit, on SQLite and (when
 //! `MIDFLIGHT_TEST_MYSQL_URL` is set) MariaDB.
@@ -8,7 +8,9 @@
 //! Not a test: it prints one table row per engine and setting. Run:
 //! `MIDFLIGHT_TEST_MYSQL_URL=mysql://root@127.0.0.1:3306/test cargo bench -p midflight-store --bench transitions`.
 //! Knobs for diagnosis: `MIDFLIGHT_BENCH_SAGAS` (default 20,000), `MIDFLIGHT_BENCH_ENGINE`
-//! (`sqlite` or `mysql`: that engine only), `MIDFLIGHT_BENCH_GROUP` (that `group_commit_max` only).
+//! (`sqlite` or `mysql`: that engine only), `MIDFLIGHT_BENCH_GROUP` (that `group_commit_max` only),
+//! `MIDFLIGHT_BENCH_IN_FLIGHT` (default 2,000): with few sagas in flight the groups stay small,
+//! as at a paced rate, and sagas/s is set by how long one transition takes (Little's law).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -20,8 +22,8 @@ use midflight_store::{Arrival, Cas, Store};
 use tokio::sync::Semaphore;
 
 const SAGAS_DEFAULT: usize = 20_000;
-/// Sagas in flight at once: the consumer's default `in_flight_max`.
-const IN_FLIGHT: usize = 2_000;
+/// Sagas in flight at once by default: the consumer's default `in_flight_max`.
+const IN_FLIGHT_DEFAULT: usize = 2_000;
 /// Rows per inbox transaction: the consumer's default `batch_max`.
 const INBOX_BATCH: usize = 256;
 const LEASE_MS: i64 = 60_000;
@@ -29,9 +31,13 @@ const LEASE_MS: i64 = 60_000;
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     let sagas = std::env::var("MIDFLIGHT_BENCH_SAGAS").ok().and_then(|v| v.parse().ok()).unwrap_or(SAGAS_DEFAULT);
+    let in_flight =
+        std::env::var("MIDFLIGHT_BENCH_IN_FLIGHT").ok().and_then(|v| v.parse().ok()).unwrap_or(IN_FLIGHT_DEFAULT);
     runtime.block_on(async {
-        println!("| engine | group_commit_max | sagas | sagas/s | transitions/s | write txns/saga | load avg |");
-        println!("|---|---|---|---|---|---|---|");
+        println!(
+            "| engine | group_commit_max | in flight | sagas | sagas/s | transitions/s | write txns/saga | load avg |"
+        );
+        println!("|---|---|---|---|---|---|---|---|");
         let only_engine = std::env::var("MIDFLIGHT_BENCH_ENGINE").ok();
         let only_group: Option<usize> = std::env::var("MIDFLIGHT_BENCH_GROUP").ok().and_then(|v| v.parse().ok());
         for engine in [Engine::Sqlite, Engine::MySql] {
@@ -41,13 +47,13 @@ fn main() {
             }
             for group in [1, 256].into_iter().filter(|g| only_group.is_none_or(|only| only == *g)) {
                 let Some(db) = TestDb::fresh(engine).await else { continue };
-                println!("{}", bench(&db, group, sagas).await);
+                println!("{}", bench(&db, group, in_flight, sagas).await);
             }
         }
     });
 }
 
-async fn bench(db: &TestDb, group_commit_max: usize, count: usize) -> String {
+async fn bench(db: &TestDb, group_commit_max: usize, in_flight: usize, count: usize) -> String {
     let max_connections = if db.engine == Engine::Sqlite { 4 } else { 16 };
     let section =
         DatabaseSection { url: db.url.clone(), max_connections, group_commit_max, ..DatabaseSection::default() };
@@ -55,7 +61,7 @@ async fn bench(db: &TestDb, group_commit_max: usize, count: usize) -> String {
     let now = store.now_ms().await.expect("clock");
     let sagas: Vec<Saga> = (0..count).map(|n| saga(n, now)).collect();
     let started = Instant::now();
-    let permits = Arc::new(Semaphore::new(IN_FLIGHT));
+    let permits = Arc::new(Semaphore::new(in_flight.max(1)));
     let mut drives = tokio::task::JoinSet::new();
     for batch in sagas.chunks(INBOX_BATCH) {
         let arrivals = store.insert_arrivals(batch, "bench", LEASE_MS, "consumer:bench").await.expect("inbox");
@@ -76,7 +82,7 @@ async fn bench(db: &TestDb, group_commit_max: usize, count: usize) -> String {
     let stats = store.stats();
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     format!(
-        "| {} | {group_commit_max} | {count} | {:.0} | {:.0} | {:.3} | {} |",
+        "| {} | {group_commit_max} | {in_flight} | {count} | {:.0} | {:.0} | {:.3} | {} |",
         if db.engine == Engine::Sqlite { "sqlite" } else { "mariadb" },
         count as f64 / seconds,
         stats.transitions as f64 / seconds,

@@ -118,8 +118,18 @@ impl Store {
     }
 
     async fn try_write_group(&self, members: &[Member]) -> Result<Vec<bool>, Error> {
-        let txn = self.db.begin().await.during("begin transition group", None)?;
-        let applied = self.write_members(&txn, members).await?;
+        let mut txn = self.db.begin().await.during("begin transition group", None)?;
+        let applied = match self.compare_and_set_chunks(&txn, members).await? {
+            Some(applied) => applied,
+            None => {
+                // A chunk's compare-and-set applied to some of its members only: undo the
+                // transaction and let each member's own UPDATE decide in a new one.
+                txn.rollback().await.during("roll back transition group", None)?;
+                txn = self.db.begin().await.during("begin transition group", None)?;
+                self.compare_and_set_each(&txn, members).await?
+            }
+        };
+        self.write_applied(&txn, members, &applied).await?;
         txn.commit().await.during("commit transition group", None)?;
         self.stats.batch_committed();
         self.stats.transitions_written(applied.iter().filter(|ok| **ok).count() as u64);

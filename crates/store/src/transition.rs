@@ -4,9 +4,10 @@
 //!
 //! One path writes both: each member's conditional UPDATE (alone, or sharing one statement with
 //! other members of its chunk) decides whether it applied, and only applied members get log
-//! rows and fused writes. Rows of the same kind across members go
-//! in one multi-row INSERT, in chunks of power-of-two sizes, so a handful of statement shapes
-//! stay prepared on each connection whatever the group size.
+//! rows and fused writes. Rows of the same kind across members share one multi-row statement
+//! per chunk of up to [`INSERT_ROWS_MAX`], its row count a power of two (padded where a
+//! repeated row changes nothing, split into power-of-two pieces where it would), so a handful
+//! of statement shapes stay prepared on each connection whatever the group size.
 
 use std::future::Future;
 use std::time::Duration;
@@ -152,11 +153,12 @@ impl Store {
     async fn write_one(&self, members: &[Member]) -> Result<bool, Error> {
         let some = members.first().map(|member| member.before.biz_id.as_str());
         let txn = self.db.begin().await.during("begin transition", some)?;
-        let applied = self.write_members(&txn, members).await?;
+        let applied = self.compare_and_set_each(&txn, members).await?;
         if !applied.first().copied().unwrap_or(false) {
             txn.rollback().await.during("roll back transition", some)?;
             return Ok(false);
         }
+        self.write_applied(&txn, members, &applied).await?;
         txn.commit().await.during("commit transition", some)?;
         self.stats.write_committed();
         self.stats.transitions_written(1);
@@ -188,22 +190,45 @@ impl Store {
         }
     }
 
-    /// Writes `members` inside `txn` (the caller commits): each member's compare-and-set, then
-    /// for those that applied their log rows, business rows, outbox rows and tickets. Returns,
-    /// per member, whether its compare-and-set applied.
-    pub(crate) async fn write_members(
+    /// The compare-and-sets of `members`, one UPDATE per chunk of up to [`INSERT_ROWS_MAX`]
+    /// ([`Self::compare_and_set`]); per member whether it applied, or `None` when a chunk
+    /// applied to some of its members only (the caller then rolls `txn` back and decides with
+    /// [`Self::compare_and_set_each`] in a new transaction).
+    pub(crate) async fn compare_and_set_chunks(
+        &self,
+        txn: &DatabaseTransaction,
+        members: &[Member],
+    ) -> Result<Option<Vec<bool>>, Error> {
+        let mut applied = Vec::with_capacity(members.len());
+        for chunk in members.chunks(INSERT_ROWS_MAX) {
+            let Some(decided) = self.compare_and_set(txn, chunk).await? else { return Ok(None) };
+            applied.extend(decided);
+        }
+        Ok(Some(applied))
+    }
+
+    /// The compare-and-sets of `members`, one UPDATE each; per member whether it applied.
+    pub(crate) async fn compare_and_set_each(
         &self,
         txn: &DatabaseTransaction,
         members: &[Member],
     ) -> Result<Vec<bool>, Error> {
         let mut applied = Vec::with_capacity(members.len());
-        let mut left = members;
-        while !left.is_empty() {
-            let (chunk, rest) = left.split_at(left.len().min(INSERT_ROWS_MAX));
-            left = rest;
-            applied.extend(self.compare_and_set(txn, chunk).await?);
+        for member in members {
+            applied.push(self.compare_and_set_one(txn, member).await?);
         }
-        let written = written(members, &applied);
+        Ok(applied)
+    }
+
+    /// Inside `txn` (the caller commits), for the members whose compare-and-set applied: their
+    /// log rows, business rows, outbox rows and tickets.
+    pub(crate) async fn write_applied(
+        &self,
+        txn: &DatabaseTransaction,
+        members: &[Member],
+        applied: &[bool],
+    ) -> Result<(), Error> {
+        let written = written(members, applied);
         for step in self.follow_ups(&written) {
             txn.execute_raw(step.statement).await.during(step.operation, Some(&step.biz_id))?;
         }
@@ -212,35 +237,26 @@ impl Store {
                 self.open_ticket(txn, &member.next, ticket, &member.actor).await?;
             }
         }
-        Ok(applied)
+        Ok(())
     }
 
     /// The compare-and-set of `chunk`, per member whether it applied. One member: its own
     /// UPDATE, whose rows affected decides. Several: one UPDATE for all (each row matched by its
     /// biz_id with the version and lease epoch its member read, and given its member's values),
-    /// which decides for all of them when it changed every row or none. When it changed some,
-    /// it is undone (to a savepoint taken before it) and each member's own UPDATE decides:
-    /// conflicts are rare, and a read-back could not tell a row this statement wrote from one
-    /// already written the same way by an earlier, stale attempt.
-    async fn compare_and_set(&self, txn: &DatabaseTransaction, chunk: &[Member]) -> Result<Vec<bool>, Error> {
+    /// which decides for all of them when it changed every row or none. When it changed some
+    /// (`None`), the caller undoes the whole transaction and lets each member's own UPDATE
+    /// decide in a new one ([`Self::compare_and_set_each`]): conflicts are rare, and a read-back could not tell a row this
+    /// statement wrote from one already written the same way by an earlier, stale attempt.
+    /// Undoing the transaction instead of a savepoint taken before the UPDATE saves the
+    /// savepoint's round trip in every group that has no conflict.
+    async fn compare_and_set(&self, txn: &DatabaseTransaction, chunk: &[Member]) -> Result<Option<Vec<bool>>, Error> {
         if let [member] = chunk {
-            return Ok(vec![self.compare_and_set_one(txn, member).await?]);
+            return Ok(Some(vec![self.compare_and_set_one(txn, member).await?]));
         }
         let first = chunk.first().map(|m| m.before.biz_id.as_str());
-        txn.execute_unprepared("SAVEPOINT compare_and_set").await.during("take savepoint", first)?;
         let changed = txn.execute_raw(self.cas_statement(chunk)).await.during("compare-and-set sagas", first)?;
         let changed = changed.rows_affected();
-        if changed == chunk.len() as u64 || changed == 0 {
-            return Ok(vec![changed > 0; chunk.len()]);
-        }
-        txn.execute_unprepared("ROLLBACK TO SAVEPOINT compare_and_set")
-            .await
-            .during("roll back to savepoint", first)?;
-        let mut applied = Vec::with_capacity(chunk.len());
-        for member in chunk {
-            applied.push(self.compare_and_set_one(txn, member).await?);
-        }
-        Ok(applied)
+        Ok((changed == chunk.len() as u64 || changed == 0).then(|| vec![changed > 0; chunk.len()]))
     }
 
     async fn compare_and_set_one(&self, txn: &DatabaseTransaction, member: &Member) -> Result<bool, Error> {
@@ -360,38 +376,37 @@ impl Store {
         let now = dialect::now_ms(self.backend);
         let first = members.first().map(|m| m.before.biz_id.clone()).unwrap_or_default();
         self.insert_rows(
-            "INSERT INTO saga_transition (biz_id, version, from_status, to_status, lease_epoch, actor, reason, at_ms, call_ms) VALUES",
-            &format!("(?, ?, ?, ?, ?, ?, ?, {now}, ?)"),
-            "",
+            (
+                "INSERT INTO saga_transition (biz_id, version, from_status, to_status, lease_epoch, actor, reason, at_ms, call_ms) VALUES",
+                &format!("(?, ?, ?, ?, ?, ?, ?, {now}, ?)"),
+                "",
+            ),
             rows,
+            Pad::Split,
             ("append transition log", &first),
             steps,
         );
     }
 
-    /// `rows` as multi-row INSERTs of `head`, one `row` template each, then `tail`, in chunks
-    /// of power-of-two sizes (so each connection keeps a few statement shapes prepared).
+    /// `rows` as multi-row INSERTs of `head`, one `row` template each, then `tail`, each of a
+    /// power-of-two row count (so each connection keeps a few statement shapes prepared): see
+    /// [`Pad`].
     fn insert_rows<const N: usize>(
         &self,
-        head: &str,
-        row: &str,
-        tail: &str,
+        (head, row, tail): (&str, &str, &str),
         rows: Vec<[Value; N]>,
+        pad: Pad,
         (operation, biz_id): (&'static str, &str),
         steps: &mut Vec<FollowUp>,
     ) {
-        let mut rows = rows.into_iter();
-        let mut left = rows.len();
-        while left > 0 {
-            let chunk = chunk_size(left);
-            let sql = format!("{head} {}{tail}", vec![row; chunk].join(", "));
-            let values: Vec<Value> = rows.by_ref().take(chunk).flatten().collect();
+        for chunk in pad.chunks(rows) {
+            let sql = format!("{head} {}{tail}", vec![row; chunk.len()].join(", "));
+            let values: Vec<Value> = chunk.into_iter().flatten().collect();
             steps.push(FollowUp {
                 statement: Statement::from_sql_and_values(self.backend, sql, values),
                 operation,
                 biz_id: biz_id.to_owned(),
             });
-            left -= chunk;
         }
     }
 
@@ -414,22 +429,24 @@ impl Store {
             .collect();
         let first = sagas.first().map(|s| s.biz_id.clone()).unwrap_or_default();
         self.insert_rows(
-            "INSERT INTO orders (biz_id, order_no, event_type, status, amount_cents, tracking_no, created_at_ms, updated_at_ms) VALUES",
-            "(?, ?, ?, 'FULFILLING', ?, NULL, ?, ?)",
-            &dialect::on_conflict_do_nothing(self.backend, "biz_id"),
+            (
+                "INSERT INTO orders (biz_id, order_no, event_type, status, amount_cents, tracking_no, created_at_ms, updated_at_ms) VALUES",
+                "(?, ?, ?, 'FULFILLING', ?, NULL, ?, ?)",
+                &dialect::on_conflict_do_nothing(self.backend, "biz_id"),
+            ),
             rows,
+            Pad::Repeat,
             ("write business row", &first),
             steps,
         );
     }
 
     /// Marks business rows shipped with their tracking numbers (`BusinessWrite::Fulfil`): one
-    /// UPDATE per power-of-two chunk, each row's values picked by its biz_id.
+    /// UPDATE per chunk of up to [`INSERT_ROWS_MAX`], padded like an IN list
+    /// ([`dialect::padded`]: a repeated biz_id's `WHEN` is never reached and its row is
+    /// updated once), each row's values picked by its biz_id.
     fn fulfil_orders(&self, sagas: &[&Saga], steps: &mut Vec<FollowUp>) {
-        let mut left = sagas;
-        while !left.is_empty() {
-            let (chunk, rest) = left.split_at(chunk_size(left.len()));
-            left = rest;
+        for chunk in Pad::Repeat.chunks(sagas.to_vec()) {
             let cases = vec!["WHEN ? THEN ?"; chunk.len()].join(" ");
             let sql = format!(
                 "UPDATE {} SET status = 'SHIPPED', tracking_no = CASE biz_id {cases} END, \
@@ -438,10 +455,10 @@ impl Store {
                 dialect::placeholders(chunk.len())
             );
             let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 5);
-            for saga in chunk {
+            for saga in &chunk {
                 values.extend([saga.biz_id.clone().into(), saga.tracking_no.clone().into()]);
             }
-            for saga in chunk {
+            for saga in &chunk {
                 values.extend([saga.biz_id.clone().into(), saga.updated_at_ms.into()]);
             }
             values.extend(chunk.iter().map(|saga| Value::from(saga.biz_id.clone())));
@@ -476,10 +493,13 @@ impl Store {
             .collect();
         let first = sagas.first().map(|s| s.biz_id.clone()).unwrap_or_default();
         self.insert_rows(
-            "INSERT INTO outbox (biz_id, payload, trace_context, created_at_ms, relay_owner, relay_until_ms, published_at_ms) VALUES",
-            "(?, ?, ?, ?, NULL, 0, NULL)",
-            &dialect::on_conflict_do_nothing(self.backend, "biz_id"),
+            (
+                "INSERT INTO outbox (biz_id, payload, trace_context, created_at_ms, relay_owner, relay_until_ms, published_at_ms) VALUES",
+                "(?, ?, ?, ?, NULL, 0, NULL)",
+                &dialect::on_conflict_do_nothing(self.backend, "biz_id"),
+            ),
             rows,
+            Pad::Repeat,
             ("write outbox row", &first),
             steps,
         );
@@ -499,10 +519,35 @@ fn written<'a>(members: &'a [Member], applied: &[bool]) -> Vec<&'a Member> {
     members.iter().zip(applied).filter(|(_, ok)| **ok).map(|(member, _)| member).collect()
 }
 
-/// The largest power of two up to `left` and [`INSERT_ROWS_MAX`].
-fn chunk_size(left: usize) -> usize {
-    let capped = left.min(INSERT_ROWS_MAX);
-    1 << (usize::BITS - 1 - capped.leading_zeros())
+/// How the rows of one kind are cut into statements of power-of-two row counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pad {
+    /// Chunks of up to [`INSERT_ROWS_MAX`] rows, each lengthened by repeating its last row:
+    /// for statements where a repeat changes nothing (an INSERT that does nothing on a
+    /// conflict, an UPDATE by a list of keys). One statement per chunk.
+    Repeat,
+    /// Pieces of the largest power of two left (at most [`INSERT_ROWS_MAX`]): for the
+    /// transition log, where a repeated row would be a duplicate key, which the log must not
+    /// ignore. Up to one statement per bit of the row count.
+    Split,
+}
+
+impl Pad {
+    fn chunks<T: Clone>(self, rows: Vec<T>) -> Vec<Vec<T>> {
+        let mut chunks = Vec::new();
+        let mut rows = rows.into_iter();
+        let mut left = rows.len();
+        while left > 0 {
+            let size = match self {
+                Pad::Repeat => left.min(INSERT_ROWS_MAX),
+                Pad::Split => 1 << (usize::BITS - 1 - left.min(INSERT_ROWS_MAX).leading_zeros()),
+            };
+            let chunk: Vec<T> = rows.by_ref().take(size).collect();
+            chunks.push(dialect::padded(chunk));
+            left -= size;
+        }
+        chunks
+    }
 }
 
 #[cfg(test)]
@@ -510,18 +555,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn chunks_are_powers_of_two_that_add_up() {
-        for (left, expected) in
-            [(1, vec![1]), (3, vec![2, 1]), (64, vec![64]), (100, vec![64, 32, 4]), (130, vec![64, 64, 2])]
-        {
-            let mut chunks = Vec::new();
-            let mut rest = left;
-            while rest > 0 {
-                let chunk = chunk_size(rest);
-                chunks.push(chunk);
-                rest -= chunk;
+    fn chunks_are_powers_of_two_that_keep_every_row() {
+        let cases = [
+            (1, vec![1], vec![1]),
+            (3, vec![2, 1], vec![4]),
+            (64, vec![64], vec![64]),
+            (100, vec![64, 32, 4], vec![64, 64]),
+            (130, vec![64, 64, 2], vec![64, 64, 2]),
+        ];
+        for (rows, split, repeat) in cases {
+            let all: Vec<usize> = (0..rows).collect();
+            for (pad, expected) in [(Pad::Split, split), (Pad::Repeat, repeat)] {
+                let chunks = pad.chunks(all.clone());
+                let sizes: Vec<usize> = chunks.iter().map(Vec::len).collect();
+                assert_eq!(sizes, expected, "{rows} rows, {pad:?}");
+                // In order, each row once, and only a chunk's last row repeated.
+                let mut kept: Vec<usize> = chunks
+                    .into_iter()
+                    .flat_map(|mut chunk| {
+                        let last = chunk.last().copied();
+                        while chunk.len() > 1 && chunk[chunk.len() - 2..].iter().all(|v| Some(*v) == last) {
+                            chunk.pop();
+                        }
+                        chunk
+                    })
+                    .collect();
+                kept.dedup();
+                assert_eq!(kept, all, "{rows} rows, {pad:?}");
             }
-            assert_eq!(chunks, expected, "{left} rows");
         }
     }
 }

@@ -3,7 +3,7 @@
 //! databases group transitions (the default), and the writes below are sent at once so they
 //! share groups. Outcomes are asserted per saga, so they hold however the groups formed.
 
-use midflight_model::{Observation, Plan, Rules, Saga, Source, Status, plan};
+use midflight_model::{LogisticsAnswer, Observation, Plan, Rules, Saga, Source, Status, WmsAnswer, plan};
 use midflight_store::testing::{TestDb, order_event};
 use midflight_store::{Arrival, Cas, Store, both_engines};
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, Statement, TransactionTrait};
@@ -113,6 +113,61 @@ async fn whole_groups_apply_or_conflict(db: &TestDb) {
     assert_eq!(after.transitions - before.transitions, (SAGAS / 2) as u64, "only the owner's writes applied");
 }
 both_engines!(group_whole_groups_apply_or_conflict, whole_groups_apply_or_conflict);
+
+/// Drives `saga` to DONE with canned answers: business row and WMS intent, WMS answer and
+/// logistics intent, shipment (business row marked shipped, outbox row) and DONE.
+async fn drive_to_done(store: &Store, mut saga: Saga) -> Saga {
+    let answers = [
+        Observation::Nothing,
+        Observation::Wms(WmsAnswer::Locked),
+        Observation::Logistics(LogisticsAnswer::Created { tracking_no: format!("TRK-{}", saga.biz_id) }),
+    ];
+    for observation in answers {
+        let now = store.now_ms().await.expect("clock");
+        let Plan::Write { change, .. } = plan(&saga, &observation, now, &Rules::default()) else {
+            panic!("{}: expected a write after {}", saga.biz_id, observation.label())
+        };
+        match store.write(&saga, &change, now, LEASE_MS, "consumer:c1").await.expect("no group failed") {
+            Cas::Applied(next) => saga = next,
+            Cas::Conflict => panic!("{}: conflict", saga.biz_id),
+        }
+    }
+    saga
+}
+
+async fn each_saga_gets_its_own_rows(db: &TestDb) {
+    let store = &db.store;
+    let sagas = arrivals(store, "R").await;
+    let before = store.stats();
+    // All at once, so the business rows, shipments and outbox rows of many sagas share groups
+    // (and their multi-row statements, padded to powers of two).
+    let done = futures::future::join_all(sagas.iter().cloned().map(|saga| drive_to_done(store, saga))).await;
+    let after = store.stats();
+    assert_eq!(after.transitions - before.transitions, 3 * SAGAS as u64);
+    assert!(after.batches - before.batches < 3 * SAGAS as u64, "some transitions shared a group");
+    for saga in &done {
+        let row = store.get(&saga.biz_id).await.expect("read").expect("row");
+        assert_eq!((row.status, row.version), (Status::Done, 6), "{}", saga.biz_id);
+        let versions: Vec<u64> =
+            store.transitions(&saga.biz_id).await.expect("log").iter().map(|t| t.version).collect();
+        assert_eq!(versions, (0..=6).collect::<Vec<u64>>(), "{}: one log row per version", saga.biz_id);
+        let order = store.order_row(&saga.biz_id).await.expect("read").expect("business row");
+        assert_eq!(order.status, "SHIPPED", "{}", saga.biz_id);
+        assert_eq!(order.tracking_no, Some(format!("TRK-{}", saga.biz_id)), "its own tracking number");
+    }
+    let outbox = store.outbox_rows().await.expect("outbox");
+    let mut ids: Vec<&str> = outbox.iter().map(|(biz_id, _)| biz_id.as_str()).collect();
+    let mut expected: Vec<&str> = done.iter().map(|saga| saga.biz_id.as_str()).collect();
+    ids.sort_unstable();
+    expected.sort_unstable();
+    assert_eq!(ids, expected, "one outbox row per saga");
+    let claimed = store.claim_outbox("relay", SAGAS as u64, LEASE_MS).await.expect("claim");
+    assert_eq!(claimed.len(), SAGAS);
+    for message in claimed {
+        assert!(message.payload.contains(&format!("\"tracking_no\":\"TRK-{}\"", message.biz_id)), "{message:?}");
+    }
+}
+both_engines!(group_each_saga_gets_its_own_rows, each_saga_gets_its_own_rows);
 
 async fn failed_group_fails_every_member(db: &TestDb) {
     let store = &db.store;
