@@ -127,13 +127,21 @@ pub struct RelaySection {
     /// so a claim never runs out under a delivery still in progress.
     pub claim_ms: i64,
     /// How long the relay sleeps when the outbox is empty. A saga finished by this process
-    /// wakes it at once, so this only bounds the delay for rows written elsewhere.
+    /// wakes it, so this only bounds the delay for rows written elsewhere.
     pub idle_ms: u64,
+    /// How long the relay gathers rows before a round that follows a wake-up or a round that
+    /// was not full. Without it a relay under a steady load claims a row or two per round,
+    /// and every round costs the database three statements and two commits; a full round
+    /// (`batch_max` rows) is followed at once. A notification waits at most this much longer.
+    pub linger_ms: u64,
 }
+
+/// Longest relay linger: notifications are late by up to this.
+pub const RELAY_LINGER_MS_MAX: u64 = 1_000;
 
 impl Default for RelaySection {
     fn default() -> Self {
-        RelaySection { enabled: true, batch_max: 256, claim_ms: 30_000, idle_ms: 250 }
+        RelaySection { enabled: true, batch_max: 256, claim_ms: 30_000, idle_ms: 250, linger_ms: 50 }
     }
 }
 
@@ -205,6 +213,9 @@ impl RelaySection {
         if self.idle_ms == 0 {
             problems.push(format!("{at}.idle_ms must be positive (0 would spin on an empty outbox)"));
         }
+        if self.linger_ms > RELAY_LINGER_MS_MAX {
+            problems.push(format!("{at}.linger_ms must be at most {RELAY_LINGER_MS_MAX}, got {}", self.linger_ms));
+        }
         problems
     }
 }
@@ -260,6 +271,7 @@ mod tests {
         config.consumer.batch_max = 501;
         config.consumer.batches_in_flight = 0;
         config.consumer.relay.claim_ms = 5_000;
+        config.consumer.relay.linger_ms = 5_000;
         let problems = config.problems();
         let text = problems.join("\n");
         assert!(text.contains("consumer.in_flight_max must be in 1..=100000, got 0"), "{text}");
@@ -267,6 +279,7 @@ mod tests {
         assert!(text.contains("consumer.batch_max must be in 1..=500"), "{text}");
         assert!(text.contains("consumer.batches_in_flight must be in 1..=16"), "{text}");
         assert!(text.contains("consumer.relay.claim_ms (5000) must exceed delivery_timeout_ms (10000)"), "{text}");
-        assert_eq!(problems.len(), 5, "{text}");
+        assert!(text.contains("consumer.relay.linger_ms must be at most 1000, got 5000"), "{text}");
+        assert_eq!(problems.len(), 6, "{text}");
     }
 }

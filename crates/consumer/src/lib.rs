@@ -43,8 +43,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 pub use config::{
-    BATCH_LINGER_MS_MAX, ConsumerConfig, ConsumerSection, DELIVERY_TIMEOUT_MS_MAX, IN_FLIGHT_CEILING, RelaySection,
-    SHUTDOWN_DEADLINE_MS_MAX,
+    BATCH_LINGER_MS_MAX, ConsumerConfig, ConsumerSection, DELIVERY_TIMEOUT_MS_MAX, IN_FLIGHT_CEILING,
+    RELAY_LINGER_MS_MAX, RelaySection, SHUTDOWN_DEADLINE_MS_MAX,
 };
 pub use counters::{Counters, Snapshot};
 pub use error::{Error, MessageRef};

@@ -56,6 +56,14 @@ impl Relay {
                     () = tokio::time::sleep(idle) => {}
                 }
             }
+            if published < self.settings.batch_max as u64 {
+                // Let the rows of sagas finishing meanwhile join the next round.
+                let linger = Duration::from_millis(self.settings.linger_ms);
+                tokio::select! {
+                    () = stop.cancelled() => {}
+                    () = tokio::time::sleep(linger) => {}
+                }
+            }
         }
         tracing::info!(owner = %self.owner, "outbox relay stopped");
     }
