@@ -16,9 +16,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use midflight_config::DatabaseSection;
-use midflight_model::{LogisticsAnswer, Observation, Plan, Rules, Saga, Source, WmsAnswer, plan};
-use midflight_store::testing::{Engine, TestDb, order_event};
-use midflight_store::{Arrival, Cas, Store};
+use midflight_model::{Saga, Source};
+use midflight_store::testing::{Engine, TestDb, drive_to_done, order_event};
+use midflight_store::{Arrival, Store};
 use tokio::sync::Semaphore;
 
 const SAGAS_DEFAULT: usize = 20_000;
@@ -70,7 +70,7 @@ async fn bench(db: &TestDb, group_commit_max: usize, in_flight: usize, count: us
             let permit = permits.clone().acquire_owned().await.expect("permit");
             let store = store.clone();
             drives.spawn(async move {
-                drive(&store, saga).await;
+                drive_to_done(&store, saga, "consumer:bench", LEASE_MS).await;
                 drop(permit);
             });
         }
@@ -89,25 +89,6 @@ async fn bench(db: &TestDb, group_commit_max: usize, in_flight: usize, count: us
         stats.write_txns as f64 / count as f64,
         load.split_whitespace().next().unwrap_or("?"),
     )
-}
-
-/// The three writes of a saga that goes straight through, with canned answers.
-async fn drive(store: &Store, mut saga: Saga) {
-    let answers = [
-        Observation::Nothing,
-        Observation::Wms(WmsAnswer::Locked),
-        Observation::Logistics(LogisticsAnswer::Created { tracking_no: format!("TRK-{}", saga.biz_id) }),
-    ];
-    for observation in answers {
-        let now = store.now_ms().await.expect("clock");
-        let Plan::Write { change, .. } = plan(&saga, &observation, now, &Rules::default()) else {
-            panic!("{}: expected a write after {}", saga.biz_id, observation.label())
-        };
-        match store.write(&saga, &change, now, LEASE_MS, "consumer:bench").await.expect("write") {
-            Cas::Applied(next) => saga = next,
-            Cas::Conflict => panic!("{}: conflict", saga.biz_id),
-        }
-    }
 }
 
 fn saga(n: usize, now_ms: i64) -> Saga {

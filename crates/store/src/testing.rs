@@ -9,9 +9,9 @@
 use std::path::PathBuf;
 
 use midflight_config::DatabaseSection;
-use midflight_model::{Address, Line, OrderEvent};
+use midflight_model::{Address, Line, LogisticsAnswer, Observation, OrderEvent, Plan, Rules, Saga, WmsAnswer, plan};
 
-use crate::Store;
+use crate::{Cas, Store};
 
 /// The variable naming the MySQL server for tests.
 pub const MYSQL_URL_VAR: &str = "MIDFLIGHT_TEST_MYSQL_URL";
@@ -37,6 +37,29 @@ pub fn order_event(order_no: &str) -> OrderEvent {
         },
         amount_cents: 1_200,
     }
+}
+
+/// Drives `saga`, which `actor` holds, to DONE with canned answers, as a driver would: the
+/// business row and WMS intent, the WMS answer and logistics intent, the shipment (business
+/// row marked shipped, outbox row) and DONE. Each write renews the lease for `lease_ms`.
+/// Panics on anything but a write that applies.
+pub async fn drive_to_done(store: &Store, mut saga: Saga, actor: &str, lease_ms: i64) -> Saga {
+    let answers = [
+        Observation::Nothing,
+        Observation::Wms(WmsAnswer::Locked),
+        Observation::Logistics(LogisticsAnswer::Created { tracking_no: format!("TRK-{}", saga.biz_id) }),
+    ];
+    for observation in answers {
+        let now = store.now_ms().await.expect("clock");
+        let Plan::Write { change, .. } = plan(&saga, &observation, now, &Rules::default()) else {
+            panic!("{}: expected a write after {}", saga.biz_id, observation.label())
+        };
+        match store.write(&saga, &change, now, lease_ms, actor).await.expect("write") {
+            Cas::Applied(next) => saga = next,
+            Cas::Conflict => panic!("{}: conflict", saga.biz_id),
+        }
+    }
+    saga
 }
 
 /// A fresh database, removed when dropped.

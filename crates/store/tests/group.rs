@@ -3,8 +3,8 @@
 //! databases group transitions (the default), and the writes below are sent at once so they
 //! share groups. Outcomes are asserted per saga, so they hold however the groups formed.
 
-use midflight_model::{LogisticsAnswer, Observation, Plan, Rules, Saga, Source, Status, WmsAnswer, plan};
-use midflight_store::testing::{TestDb, order_event};
+use midflight_model::{Observation, Plan, Rules, Saga, Source, Status, plan};
+use midflight_store::testing::{TestDb, drive_to_done, order_event};
 use midflight_store::{Arrival, Cas, Store, both_engines};
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, Statement, TransactionTrait};
 
@@ -114,34 +114,16 @@ async fn whole_groups_apply_or_conflict(db: &TestDb) {
 }
 both_engines!(group_whole_groups_apply_or_conflict, whole_groups_apply_or_conflict);
 
-/// Drives `saga` to DONE with canned answers: business row and WMS intent, WMS answer and
-/// logistics intent, shipment (business row marked shipped, outbox row) and DONE.
-async fn drive_to_done(store: &Store, mut saga: Saga) -> Saga {
-    let answers = [
-        Observation::Nothing,
-        Observation::Wms(WmsAnswer::Locked),
-        Observation::Logistics(LogisticsAnswer::Created { tracking_no: format!("TRK-{}", saga.biz_id) }),
-    ];
-    for observation in answers {
-        let now = store.now_ms().await.expect("clock");
-        let Plan::Write { change, .. } = plan(&saga, &observation, now, &Rules::default()) else {
-            panic!("{}: expected a write after {}", saga.biz_id, observation.label())
-        };
-        match store.write(&saga, &change, now, LEASE_MS, "consumer:c1").await.expect("no group failed") {
-            Cas::Applied(next) => saga = next,
-            Cas::Conflict => panic!("{}: conflict", saga.biz_id),
-        }
-    }
-    saga
-}
-
 async fn each_saga_gets_its_own_rows(db: &TestDb) {
     let store = &db.store;
     let sagas = arrivals(store, "R").await;
     let before = store.stats();
     // All at once, so the business rows, shipments and outbox rows of many sagas share groups
     // (and their multi-row statements, padded to powers of two).
-    let done = futures::future::join_all(sagas.iter().cloned().map(|saga| drive_to_done(store, saga))).await;
+    let done = futures::future::join_all(
+        sagas.iter().cloned().map(|saga| drive_to_done(store, saga, "consumer:c1", LEASE_MS)),
+    )
+    .await;
     let after = store.stats();
     assert_eq!(after.transitions - before.transitions, 3 * SAGAS as u64);
     assert!(after.batches - before.batches < 3 * SAGAS as u64, "some transitions shared a group");
