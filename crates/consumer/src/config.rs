@@ -131,7 +131,7 @@ pub struct RelaySection {
     pub idle_ms: u64,
     /// How long the relay gathers rows before a round that follows a wake-up or a round that
     /// was not full. Without it a relay under a steady load claims a row or two per round,
-    /// and every round costs the database three statements and two commits; a full round
+    /// and every round costs the database four statements and two commits; a full round
     /// (`batch_max` rows) is followed at once. A notification waits at most this much longer.
     pub linger_ms: u64,
 }

@@ -372,24 +372,29 @@ async fn dropped_lock_answer(db: &TestDb) {
 }
 both_engines!(apply_then_drop_on_lock_stays_requested, dropped_lock_answer);
 
-async fn same_order_in_one_batch(db: &TestDb) {
+/// Two events of order `order_no`, produced back to back, consumed with `config` adjusted by
+/// `tune`, until both sagas are DONE; checks that the second saga waited for the first, and
+/// returns what the consumer counted.
+async fn same_order_twice(db: &TestDb, order_no: &str, tune: impl FnOnce(&mut ConsumerConfig)) -> Snapshot {
     // Every lock takes ~80 ms, so overlapping sagas of one order would show in the log.
     let options =
         MockOptions { wms_faults: fault("LockStock", MethodFaults::with_latency(80, 80)), ..MockOptions::default() };
     let harness = Harness::start(options).await;
-    let (paid, changed) = (event("S-1", "PAID"), event("S-1", "ADDRESS_CHANGED"));
+    let (paid, changed) = (event(order_no, "PAID"), event(order_no, "ADDRESS_CHANGED"));
     let placed = harness.produce(&[record(&paid), record(&changed)]).await;
     assert_eq!(placed[0].0, placed[1].0, "one order, one partition");
     assert_eq!(placed[0].1 + 1, placed[1].1, "consecutive offsets");
-    let consumer = harness.start_consumer(harness.config("g", "c1"), &db.store);
+    let mut config = harness.config("g", "c1");
+    tune(&mut config);
+    let consumer = harness.start_consumer(config, &db.store);
     eventually("both sagas DONE", || async {
         let s = consumer.snapshot();
         if s.done == 2 { Ok(()) } else { Err(format!("{s:?}")) }
     })
     .await;
     let snapshot = consumer.stop().await;
-    assert_eq!((snapshot.received, snapshot.batches), (2, 1), "both events in one batch: {snapshot:?}");
     second_waited_for_first(&db.store, &paid, &changed).await;
+    snapshot
 }
 
 /// The second saga of an order started only once the first was DONE, and ran in this process.
@@ -401,28 +406,21 @@ async fn second_waited_for_first(store: &Store, first: &OrderEvent, second: &Ord
     assert!(second_started >= first_done, "second started at {second_started}, first finished at {first_done}");
     assert!(second.iter().all(|t| !t.is_takeover()), "the second ran straight through, in this process: {second:?}");
 }
+
+async fn same_order_in_one_batch(db: &TestDb) {
+    let snapshot = same_order_twice(db, "S-1", |_| {}).await;
+    assert_eq!((snapshot.received, snapshot.batches), (2, 1), "both events in one batch: {snapshot:?}");
+}
 both_engines!(same_order_runs_one_at_a_time, same_order_in_one_batch);
 
 async fn same_order_in_batches_written_side_by_side(db: &TestDb) {
     // One message per batch and two batches written at once: the second event's batch is
     // written beside the first's, yet its saga must still wait for the first to finish.
-    let options =
-        MockOptions { wms_faults: fault("LockStock", MethodFaults::with_latency(80, 80)), ..MockOptions::default() };
-    let harness = Harness::start(options).await;
-    let (paid, changed) = (event("W-1", "PAID"), event("W-1", "ADDRESS_CHANGED"));
-    let placed = harness.produce(&[record(&paid), record(&changed)]).await;
-    assert_eq!(placed[0].0, placed[1].0, "one order, one partition");
-    let mut config = harness.config("g", "c1");
-    (config.consumer.batch_max, config.consumer.batches_in_flight) = (1, 2);
-    let consumer = harness.start_consumer(config, &db.store);
-    eventually("both sagas DONE", || async {
-        let s = consumer.snapshot();
-        if s.done == 2 { Ok(()) } else { Err(format!("{s:?}")) }
+    let snapshot = same_order_twice(db, "W-1", |config| {
+        (config.consumer.batch_max, config.consumer.batches_in_flight) = (1, 2);
     })
     .await;
-    let snapshot = consumer.stop().await;
     assert_eq!((snapshot.received, snapshot.batches), (2, 2), "one event per batch: {snapshot:?}");
-    second_waited_for_first(&db.store, &paid, &changed).await;
 }
 both_engines!(same_order_across_overlapping_batches, same_order_in_batches_written_side_by_side);
 

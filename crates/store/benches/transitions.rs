@@ -31,8 +31,11 @@ const LEASE_MS: i64 = 60_000;
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     let sagas = std::env::var("MIDFLIGHT_BENCH_SAGAS").ok().and_then(|v| v.parse().ok()).unwrap_or(SAGAS_DEFAULT);
-    let in_flight =
-        std::env::var("MIDFLIGHT_BENCH_IN_FLIGHT").ok().and_then(|v| v.parse().ok()).unwrap_or(IN_FLIGHT_DEFAULT);
+    let in_flight = std::env::var("MIDFLIGHT_BENCH_IN_FLIGHT")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(IN_FLIGHT_DEFAULT)
+        .max(1);
     runtime.block_on(async {
         println!(
             "| engine | group_commit_max | in flight | sagas | sagas/s | transitions/s | write txns/saga | load avg |"
@@ -61,7 +64,7 @@ async fn bench(db: &TestDb, group_commit_max: usize, in_flight: usize, count: us
     let now = store.now_ms().await.expect("clock");
     let sagas: Vec<Saga> = (0..count).map(|n| saga(n, now)).collect();
     let started = Instant::now();
-    let permits = Arc::new(Semaphore::new(in_flight.max(1)));
+    let permits = Arc::new(Semaphore::new(in_flight));
     let mut drives = tokio::task::JoinSet::new();
     for batch in sagas.chunks(INBOX_BATCH) {
         let arrivals = store.insert_arrivals(batch, "bench", LEASE_MS, "consumer:bench").await.expect("inbox");
