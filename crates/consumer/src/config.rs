@@ -93,6 +93,11 @@ pub struct ConsumerSection {
     /// Apply pending migrations at start-up. They are versioned and idempotent, so a fresh
     /// local stack needs no separate step; turn off where a deploy job owns the schema.
     pub migrate_on_start: bool,
+    /// Write a fresh saga's first step (its business row and WMS intent) in the inbox
+    /// transaction that inserts it, unless an earlier saga of its order is still unfinished:
+    /// one transaction fewer per saga, and its first call leaves as soon as the batch is
+    /// durable. Off, the drive writes that step in a transaction of its own, like every other.
+    pub open_in_inbox: bool,
     pub relay: RelaySection,
 }
 
@@ -109,6 +114,7 @@ impl Default for ConsumerSection {
             shutdown_deadline_ms: 10_000,
             delivery_timeout_ms: 10_000,
             migrate_on_start: true,
+            open_in_inbox: true,
             relay: RelaySection::default(),
         }
     }

@@ -45,6 +45,8 @@ counters! {
     batches,
     /// Messages whose row was new: this process drives them.
     fresh,
+    /// Of `fresh`, the sagas whose first step the inbox transaction wrote (`open_in_inbox`).
+    opened,
     /// Redelivered messages left alone: row terminal or leased by a live owner.
     skipped,
     /// Redelivered messages dropped because this process is driving them already.

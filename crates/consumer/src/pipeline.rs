@@ -3,6 +3,10 @@
 //! each row to the scheduler: fresh rows are driven, redelivered rows are left alone unless
 //! their lease expired, in which case they go through the same claim as recovery.
 //!
+//! With `open_in_inbox`, a batch's transaction also writes the first step of each fresh saga
+//! that no earlier unfinished saga of its order holds back (`Store::receive`): the planner's
+//! business write and WMS intent; that saga's drive then starts with the WMS call.
+//!
 //! Up to `batches_in_flight` batches are written at once, each as a task of its own, while the
 //! loop gathers the next. Their results are taken in the order the batches were read: a batch's
 //! offsets are committed, and its sagas scheduled, only after every batch before it, so a
@@ -10,7 +14,7 @@
 //! scheduler in arrival order. A biz_id is in at most one batch being written and never both
 //! there and in the scheduler (a later copy counts as a duplicate in flight). A batch's order
 //! check cannot see rows of the batches written beside it; its sagas whose order is also in one
-//! of those are left for the driver to check when it starts.
+//! of those are neither opened in the inbox nor marked checked: the driver checks when it starts.
 //!
 //! Flow control: at `in_flight_max` sagas the assigned partitions are paused (fetching stops,
 //! `recv` keeps serving rebalances) and resumed at `resume_below`.
@@ -19,14 +23,14 @@
 //! releases its lease), release the leases of queued sagas that never started, wait for running
 //! sagas up to `shutdown_deadline_ms`, commit what is durable, leave the group.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use midflight_driver::Downstream;
-use midflight_model::{PayloadError, Saga, Status};
-use midflight_store::{Arrival, Store};
+use midflight_model::{Call, Change, PayloadError, Saga, Status};
+use midflight_store::{Arrival, Received, Store};
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::KafkaResult;
 use tokio_util::sync::CancellationToken;
@@ -101,6 +105,8 @@ pub(crate) struct Durable {
     /// Fresh rows whose order may have an earlier unfinished saga: their drivers ask again
     /// when they start; the others skip the question (one query for the batch instead).
     maybe_blocked: HashSet<String>,
+    /// Fresh rows whose first step the inbox wrote, with the call that step recorded the intent of.
+    opened: HashMap<String, Call>,
 }
 
 /// A poison message of a batch: its index, the index of the parked row it became, and why.
@@ -118,6 +124,10 @@ struct Writer {
     owner: String,
     actor: String,
     lease_ms: i64,
+    /// The first steps the inbox may write, by biz_id (`midflight_driver::opening`)...
+    openings: HashMap<String, Change>,
+    /// ...and the call each records the intent of.
+    calls: HashMap<String, Call>,
 }
 
 impl<D: Downstream> Pipeline<D> {
@@ -211,8 +221,18 @@ impl<D: Downstream> Pipeline<D> {
         }
         Counters::add(&self.counters.duplicates_in_flight, duplicates);
         let rows: Vec<(String, String)> = sagas.iter().map(|s| (s.biz_id.clone(), s.order_no.clone())).collect();
-        let overlapping =
+        let overlapping: HashSet<String> =
             rows.iter().filter(|(_, order)| pending_orders.contains(order.as_str())).map(|(_, o)| o.clone()).collect();
+        let (mut openings, mut calls) = (HashMap::new(), HashMap::new());
+        if self.settings.open_in_inbox {
+            let rules = self.scheduler.driver().rules();
+            for saga in sagas.iter().filter(|saga| !overlapping.contains(&saga.order_no)) {
+                if let Some((change, call)) = midflight_driver::opening(saga, now_ms, rules) {
+                    openings.insert(saga.biz_id.clone(), change);
+                    calls.insert(saga.biz_id.clone(), call);
+                }
+            }
+        }
         let writer = Writer {
             store: self.store.clone(),
             producer: self.producer.clone(),
@@ -220,6 +240,8 @@ impl<D: Downstream> Pipeline<D> {
             owner: self.owner.clone(),
             actor: self.actor.clone(),
             lease_ms: self.lease_ms,
+            openings,
+            calls,
         };
         let next = inbox::next_offsets(&batch);
         let messages = batch.len();
@@ -235,8 +257,8 @@ impl<D: Downstream> Pipeline<D> {
         if self.broken {
             if let Ok(Some(durable)) = result {
                 self.orphans.extend(durable.arrivals.into_iter().filter_map(|arrival| match arrival {
-                    Arrival::Fresh(saga) if saga.status == Status::Received => Some(saga),
-                    _ => None,
+                    Arrival::Fresh(saga) => Some(saga),
+                    Arrival::Existing(_) => None,
                 }));
             }
             return Ok(false);
@@ -290,11 +312,13 @@ impl<D: Downstream> Pipeline<D> {
     }
 
     fn schedule(&mut self, durable: Durable) {
-        let Durable { arrivals, leased_at, now_ms, parked, maybe_blocked } = durable;
+        let Durable { arrivals, leased_at, now_ms, parked, maybe_blocked, mut opened } = durable;
         for arrival in arrivals {
             match arrival {
                 Arrival::Fresh(saga) => {
                     Counters::add(&self.counters.fresh, 1);
+                    let opened = opened.remove(&saga.biz_id);
+                    Counters::add(&self.counters.opened, u64::from(opened.is_some()));
                     crate::telemetry::arrived(Status::Received, 1);
                     tracing::debug!(biz_id = %saga.biz_id, topic = %saga.source.topic, partition = saga.source.partition,
                         offset = saga.source.offset, "saga received");
@@ -304,6 +328,7 @@ impl<D: Downstream> Pipeline<D> {
                         order_no,
                         kind: JobKind::Fresh {
                             order_checked: !maybe_blocked.contains(&saga.biz_id),
+                            opened,
                             saga: Box::new(saga),
                             leased_at,
                         },
@@ -428,8 +453,8 @@ impl Writer {
         retrying(&batch, &shutdown, || self.try_once(&batch, &sagas, &poisoned, now_ms)).await
     }
 
-    /// Delivers dead-letter copies, inserts the rows in one transaction, and asks which fresh
-    /// rows may wait for an earlier saga of their order.
+    /// Delivers dead-letter copies, then inserts the rows in one transaction which also asks
+    /// which fresh rows may wait for an earlier saga of their order and opens the others.
     async fn try_once(
         &self,
         batch: &[Incoming],
@@ -444,16 +469,21 @@ impl Writer {
         inbox::dead_letter(&self.producer, &self.dead_letter_topic, &poison).await?;
         let parked = poison.iter().map(|p| p.saga.biz_id.clone()).collect();
         let leased_at = Instant::now();
-        let arrivals = self.store.insert_arrivals(sagas, &self.owner, self.lease_ms, &self.actor).await?;
-        let fresh: Vec<&Saga> = arrivals
-            .iter()
-            .filter_map(|arrival| match arrival {
-                Arrival::Fresh(saga) => Some(saga),
-                Arrival::Existing(_) => None,
-            })
-            .collect();
-        let maybe_blocked = self.store.maybe_blocked(&fresh).await?;
-        Ok(Durable { arrivals, leased_at, now_ms, parked, maybe_blocked })
+        let Received { arrivals, maybe_blocked, opened } =
+            self.store.receive(sagas, &self.owner, self.lease_ms, &self.actor, now_ms, &self.openings).await?;
+        // Each opened saga with the call its drive starts with; its step counted as a drive's
+        // would be (a biz_id twice in a batch is opened once).
+        let elapsed = leased_at.elapsed();
+        let mut calls = HashMap::with_capacity(opened.len());
+        for saga in sagas.iter().filter(|saga| opened.contains(&saga.biz_id)) {
+            if let (Some(change), Some(call)) = (self.openings.get(&saga.biz_id), self.calls.get(&saga.biz_id))
+                && calls.insert(saga.biz_id.clone(), *call).is_none()
+            {
+                midflight_driver::telemetry::opened(saga, change, elapsed);
+            }
+        }
+        let opened = calls;
+        Ok(Durable { arrivals, leased_at, now_ms, parked, maybe_blocked, opened })
     }
 }
 
@@ -521,7 +551,6 @@ async fn recv(consumer: &Client) -> KafkaResult<Incoming> {
 async fn release(store: &Store, sagas: Vec<Saga>) {
     futures::stream::iter(sagas)
         .for_each_concurrent(RELEASE_CONCURRENCY, |saga| async move {
-            debug_assert_eq!(saga.status, Status::Received);
             if let Err(error) = store.release(&saga).await {
                 tracing::warn!(biz_id = %saga.biz_id, %error, "lease of a queued saga not released; it expires instead");
             }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use midflight_driver::{Downstream, Driver, Outcome};
-use midflight_model::Saga;
+use midflight_model::{Call, Saga};
 use tokio::sync::Notify;
 use tokio::task::{Id, JoinSet};
 
@@ -31,7 +31,9 @@ pub(crate) struct Job {
 pub(crate) enum JobKind {
     /// A row this process just inserted and holds the lease of (since `leased_at`).
     /// With `order_checked`, no earlier saga of its order was unfinished once the row was in.
-    Fresh { saga: Box<Saga>, leased_at: Instant, order_checked: bool },
+    /// With `opened`, the inbox also wrote its first step, the intent of that call, which the
+    /// drive makes first.
+    Fresh { saga: Box<Saga>, leased_at: Instant, order_checked: bool, opened: Option<Call> },
     /// A redelivered row whose lease expired: claim it through the recovery worker's CAS path.
     Claim,
 }
@@ -78,6 +80,10 @@ impl<D: Downstream> Scheduler<D> {
             tasks: JoinSet::new(),
             running: HashMap::new(),
         }
+    }
+
+    pub(crate) fn driver(&self) -> &Driver<D> {
+        &self.driver
     }
 
     /// Sagas accepted and not yet ended.
@@ -149,7 +155,7 @@ impl<D: Downstream> Scheduler<D> {
     }
 
     /// Stops accepting: takes every queued (not started) job out, and returns the fresh rows
-    /// among them so the caller can release their leases.
+    /// among them (opened or not) so the caller can release their leases.
     pub(crate) fn drain_queued(&mut self) -> Vec<Saga> {
         let mut fresh = Vec::new();
         for queue in self.orders.values_mut() {
@@ -189,7 +195,10 @@ impl<D: Downstream> Scheduler<D> {
         let task_order_no = order_no.clone();
         let handle = self.tasks.spawn(async move {
             let how = match kind {
-                JobKind::Fresh { saga, leased_at, order_checked } => {
+                JobKind::Fresh { saga, leased_at, opened: Some(call), .. } => {
+                    How::Drove(driver.drive_opened(*saga, leased_at, call).await)
+                }
+                JobKind::Fresh { saga, leased_at, order_checked, opened: None } => {
                     How::Drove(driver.drive_fresh(*saga, leased_at, order_checked).await)
                 }
                 JobKind::Claim => driver.claim_and_drive(&task_biz_id).await.map_or(How::ClaimLost, How::Drove),

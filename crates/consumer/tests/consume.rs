@@ -205,12 +205,16 @@ fn assert_sent_once(downstream: &Recorded, call: Call, events: &[OrderEvent]) {
 // Tests
 // ---------------------------------------------------------------------------------------------
 
-async fn orders_complete(db: &TestDb) {
+/// Forty orders through one consumer, their first steps written in the inbox transaction
+/// (`open_in_inbox`) or by their drives.
+async fn orders_complete_with(db: &TestDb, open_in_inbox: bool) {
     let harness = Harness::start(MockOptions::default()).await;
     let events = orders("E", 40);
     let records: Vec<Record> = events.iter().map(record).collect();
     harness.produce(&records).await;
-    let consumer = harness.start_consumer(harness.config("g1", "c1"), &db.store);
+    let mut config = harness.config("g1", "c1");
+    config.consumer.open_in_inbox = open_in_inbox;
+    let consumer = harness.start_consumer(config, &db.store);
     eventually("every saga DONE and its notification published", || async {
         let snapshot = consumer.snapshot();
         if snapshot.done == 40 && snapshot.published == 40 { Ok(()) } else { Err(format!("{snapshot:?}")) }
@@ -218,6 +222,8 @@ async fn orders_complete(db: &TestDb) {
     .await;
     let snapshot = consumer.stop().await;
     assert_eq!((snapshot.received, snapshot.fresh, snapshot.skipped, snapshot.parked), (40, 40, 0, 0));
+    // Forty different orders with nothing before them: every one is opened, or none.
+    assert_eq!(snapshot.opened, if open_in_inbox { 40 } else { 0 });
 
     assert_eq!(statuses(&db.store).await, BTreeMap::from([(Status::Done, 40)]));
     let (wms, logistics) = harness.ledgers().await;
@@ -246,7 +252,15 @@ async fn orders_complete(db: &TestDb) {
     assert_eq!((snapshot.fresh, snapshot.claims), (0, 0));
     assert_eq!(harness.downstream.calls.lock().expect("call log").len(), calls_before, "no call for a redelivery");
 }
+async fn orders_complete(db: &TestDb) {
+    orders_complete_with(db, true).await;
+}
 both_engines!(orders_complete_once_each, orders_complete);
+
+async fn orders_complete_opened_by_drives(db: &TestDb) {
+    orders_complete_with(db, false).await;
+}
+both_engines!(orders_complete_without_opening_in_the_inbox, orders_complete_opened_by_drives);
 
 /// Stands in for the recovery worker (same driver, same claim): resumes every abandoned saga.
 async fn recover_abandoned(store: &Store, downstream: &Recorded) {
@@ -410,6 +424,7 @@ async fn second_waited_for_first(store: &Store, first: &OrderEvent, second: &Ord
 async fn same_order_in_one_batch(db: &TestDb) {
     let snapshot = same_order_twice(db, "S-1", |_| {}).await;
     assert_eq!((snapshot.received, snapshot.batches), (2, 1), "both events in one batch: {snapshot:?}");
+    assert_eq!(snapshot.opened, 1, "the first is opened in the inbox, the second waits: {snapshot:?}");
 }
 both_engines!(same_order_runs_one_at_a_time, same_order_in_one_batch);
 
@@ -421,6 +436,7 @@ async fn same_order_in_batches_written_side_by_side(db: &TestDb) {
     })
     .await;
     assert_eq!((snapshot.received, snapshot.batches), (2, 2), "one event per batch: {snapshot:?}");
+    assert_eq!(snapshot.opened, 1, "the second is not opened beside the first: {snapshot:?}");
 }
 both_engines!(same_order_across_overlapping_batches, same_order_in_batches_written_side_by_side);
 

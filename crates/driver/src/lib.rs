@@ -16,7 +16,7 @@ pub mod telemetry;
 
 use std::time::{Duration, Instant};
 
-use midflight_model::{Call, Observation, Plan, Rules, Saga, Status, plan};
+use midflight_model::{Call, Change, Observation, Plan, Rules, Saga, Status, plan};
 use midflight_store::{Cas, Store};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -57,6 +57,24 @@ pub struct Driver<D> {
     shutdown: CancellationToken,
 }
 
+/// The first step of a fresh saga (a RECEIVED row its caller is about to insert and lease at
+/// `now_ms`), when that step is a write followed by a call: what the inbox may write in the
+/// transaction that inserts the row ([`midflight_store::Store::receive`]), so the drive starts
+/// at the call ([`Driver::drive_opened`]). The planner decides it, as it decides every step;
+/// `None` when the step is anything else (a payload the planner parks, a deadline already
+/// passed), which the drive then writes itself.
+pub fn opening(saga: &Saga, now_ms: i64, rules: &Rules) -> Option<(Change, Call)> {
+    if saga.status != Status::Received {
+        return None;
+    }
+    match plan(saga, &Observation::Nothing, now_ms, rules) {
+        Plan::Write { change, then: Some(call) } if !change.release_lease && change.ticket.is_none() => {
+            Some((change, call))
+        }
+        _ => None,
+    }
+}
+
 /// Per-drive state: the row as last written, how long our lease surely lasts, and the time
 /// spent in downstream calls since the last write (the next write records it in the log).
 struct Held {
@@ -91,6 +109,10 @@ impl<D: Downstream> Driver<D> {
 
     pub fn settings(&self) -> &DriverSettings {
         &self.settings
+    }
+
+    pub fn rules(&self) -> &Rules {
+        &self.rules
     }
 
     /// The biz_id of an earlier unfinished saga of the same order, if `saga` must wait for it.
@@ -133,17 +155,29 @@ impl<D: Downstream> Driver<D> {
     /// skips that same question per saga. The answer cannot go stale: earlier offsets of a
     /// partition are inserted before later ones, so no earlier saga appears afterwards.
     pub async fn drive_fresh(&self, saga: Saga, leased_at: Instant, order_checked: bool) -> Outcome {
+        self.drive_from(saga, leased_at, order_checked, None).await
+    }
+
+    /// [`Driver::drive`] for a fresh row whose first step the inbox wrote ([`opening`]): the
+    /// row records the intent of `call` and nothing has been sent, so the drive starts by making
+    /// `call` (not by asking the downstream what became of it, as it would for an intent found
+    /// later). `leased_at` is when the inbox write was sent; the row's order was checked there.
+    pub async fn drive_opened(&self, saga: Saga, leased_at: Instant, call: Call) -> Outcome {
+        self.drive_from(saga, leased_at, true, Some(call)).await
+    }
+
+    async fn drive_from(&self, saga: Saga, leased_at: Instant, order_checked: bool, call: Option<Call>) -> Outcome {
         let span = telemetry::drive_span(&saga, &self.actor);
         let running = telemetry::Running::start(&self.actor);
-        let outcome = self.drive_held(saga, leased_at, order_checked).instrument(span.clone()).await;
+        let outcome = self.drive_held(saga, leased_at, order_checked, call).instrument(span.clone()).await;
         running.ended(&outcome, &span);
         outcome
     }
 
-    async fn drive_held(&self, saga: Saga, leased_at: Instant, order_checked: bool) -> Outcome {
+    async fn drive_held(&self, saga: Saga, leased_at: Instant, order_checked: bool, call: Option<Call>) -> Outcome {
         let lease_valid_until = leased_at + self.settings.lease();
         let mut held = Held { saga, lease_valid_until, call_ms: None, order_checked };
-        match self.run(&mut held).await {
+        match self.run(&mut held, call).await {
             Ok(outcome) => outcome,
             Err(error) => {
                 tracing::warn!(biz_id = %held.saga.biz_id, status = %held.saga.status, %error, "saga drive failed; the lease will expire");
@@ -152,13 +186,23 @@ impl<D: Downstream> Driver<D> {
         }
     }
 
-    async fn run(&self, held: &mut Held) -> Result<Outcome, midflight_store::Error> {
+    /// The loop; with `first`, the row records that call's intent and the loop starts by making it.
+    async fn run(&self, held: &mut Held, first: Option<Call>) -> Result<Outcome, midflight_store::Error> {
         let earlier = if held.order_checked { None } else { self.blocked_by(&held.saga).await? };
         if let Some(earlier) = earlier {
             tracing::debug!(biz_id = %held.saga.biz_id, earlier, "waiting for an earlier saga of the order");
             return self.release(held).await.map(|_| Outcome::HandedOff);
         }
-        let mut observation = Observation::Nothing;
+        if first.is_some() {
+            telemetry::opened_step(&held.saga);
+        }
+        let mut observation = match first {
+            Some(call) => match self.call(held, call).await? {
+                Some(observation) => observation,
+                None => return Ok(self.stop_outcome()),
+            },
+            None => Observation::Nothing,
+        };
         let mut calls_without_write = 0;
         loop {
             let now_ms = self.store.now_ms().await?;

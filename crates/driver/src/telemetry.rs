@@ -97,6 +97,24 @@ impl Drop for StepTrace {
     }
 }
 
+/// The `saga.step` span, under the current drive, of the first step the inbox transaction
+/// wrote before the drive began (`Driver::drive_opened`), so a trace still shows every write;
+/// its metrics were counted when the transaction committed ([`opened`]).
+pub(crate) fn opened_step(saga: &Saga) {
+    let span = tracing::info_span!(
+        "saga.step",
+        otel.name = %format_args!("saga.step {}", saga.status),
+        biz_id = %saga.biz_id,
+        saga.from = %Status::Received,
+        saga.to = %saga.status,
+        saga.version = saga.version,
+        saga.lease_epoch = saga.lease.epoch,
+        saga.reason = "written in the inbox transaction",
+        saga.cas = "applied",
+    );
+    drop(span);
+}
+
 /// The span of one downstream call (a child of the current step or drive).
 pub(crate) fn rpc_span(call: Call, saga: &Saga) -> Span {
     tracing::info_span!(
@@ -125,6 +143,18 @@ pub(crate) fn carried<'a>(saga: &'a Saga, span: &Span) -> Cow<'a, Saga> {
         }
         None => Cow::Borrowed(saga),
     }
+}
+
+/// A fresh saga's first step, written by the inbox transaction that inserted `before`
+/// (`midflight_store::Store::receive`) in `elapsed`: counts its transitions and its step
+/// duration as the drive's own write would.
+pub fn opened(before: &Saga, change: &Change, elapsed: Duration) {
+    for (from, to, _) in change.edges(before) {
+        transition(from.as_str(), to);
+    }
+    let attributes =
+        [KeyValue::new("status", change.status_after(before.status).as_str()), KeyValue::new("result", "applied")];
+    instruments().step_duration.record(elapsed.as_secs_f64(), &attributes);
 }
 
 /// One transition-log row: `from` is `NONE` for an arrival.

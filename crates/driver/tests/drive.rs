@@ -110,6 +110,64 @@ async fn happy_path(db: &TestDb) {
 }
 both_engines!(happy_path_locks_once_and_ships_once, happy_path);
 
+/// Every call a driver makes, in order.
+#[derive(Clone)]
+struct Recording<D> {
+    inner: D,
+    calls: Arc<std::sync::Mutex<Vec<Call>>>,
+}
+
+impl<D: Downstream> Downstream for Recording<D> {
+    async fn call(&self, call: Call, saga: &Saga, timeout: Duration) -> Observation {
+        self.calls.lock().expect("calls").push(call);
+        self.inner.call(call, saga, timeout).await
+    }
+}
+
+async fn opened_in_the_inbox(db: &TestDb) {
+    let mocks = MockDownstreams::start(MockOptions::default()).await;
+    let calls = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let consumer = driver(&db.store, Recording { inner: mocks.client(), calls: calls.clone() }, "c1");
+    let now = db.store.now_ms().await.expect("clock");
+    let saga = Saga::received(
+        &event("O-1", "CN-ZJ"),
+        Source { topic: "orders".into(), partition: 0, offset: 1 },
+        now,
+        now + 600_000,
+    );
+    let (change, call) = midflight_driver::opening(&saga, now, consumer.rules()).expect("a fresh saga opens");
+    assert_eq!(call, Call::LockStock);
+    let openings = std::collections::HashMap::from([(saga.biz_id.clone(), change)]);
+    let received = db
+        .store
+        .receive(std::slice::from_ref(&saga), "c1", LEASE_MS, "test:c1", now, &openings)
+        .await
+        .expect("receive");
+    assert!(received.opened.contains(&saga.biz_id));
+    let opened = received.arrivals[0].saga().clone();
+    assert_eq!(opened.status, Status::WmsRequested);
+    let outcome = consumer.drive_opened(opened, Instant::now(), call).await;
+    assert_eq!(finished(&outcome), Status::Done);
+    // It starts with the lock itself: a query first would mean it treated its own fresh
+    // intent as an unknown outcome.
+    assert_eq!(*calls.lock().expect("calls"), [Call::LockStock, Call::CreateShipment]);
+    let (wms, logistics) = ledgers(&mocks.client()).await;
+    assert_eq!((kinds(&wms), kinds(&logistics)), (vec![LedgerKind::Apply], vec![LedgerKind::Apply]));
+    let path: Vec<Status> = db.store.transitions(&saga.biz_id).await.expect("log").iter().map(|t| t.to).collect();
+    use Status::*;
+    assert_eq!(
+        path,
+        vec![Received, DbWritten, WmsRequested, WmsConfirmed, LogisticsRequested, LogisticsConfirmed, Done]
+    );
+    // Only a RECEIVED row whose first step is a write and a call is opened.
+    let parked = Saga { status: Status::Parked, ..saga.clone() };
+    assert!(midflight_driver::opening(&parked, now, consumer.rules()).is_none());
+    let mut late = saga.clone();
+    late.deadline_ms = now - 1;
+    assert!(midflight_driver::opening(&late, now, consumer.rules()).is_none(), "a deadline passed rolls back");
+}
+both_engines!(opened_in_the_inbox_starts_with_its_call, opened_in_the_inbox);
+
 async fn dropped_lock_response(db: &TestDb) {
     let drop_all = MethodFaults { drop_response: 1.0, ..MethodFaults::default() };
     let mocks =

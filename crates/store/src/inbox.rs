@@ -1,13 +1,23 @@
 //! The durable inbox: a fetched batch becomes RECEIVED (or PARKED) rows in one transaction,
 //! and only then may the consumer commit the batch's offsets. The table, not the offset, is
 //! the record of work.
+//!
+//! [`Store::receive`] also writes, in that same transaction, the first step of each fresh row
+//! that no earlier unfinished saga of its order holds back (the business row and the WMS
+//! intent): a saga then takes three transactions instead of four, and its first call leaves
+//! as soon as the batch is durable.
 
-use midflight_model::{Saga, Status};
-use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, Statement, TransactionTrait, Value};
+use std::collections::{HashMap, HashSet};
+
+use midflight_model::{Change, Saga, Status};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseTransaction, EntityTrait, QueryFilter, Statement, TransactionTrait, Value,
+};
 
 use crate::entity::saga;
 use crate::error::{Context, Error};
 use crate::row::{self, fit};
+use crate::transition::Member;
 use crate::{BATCH_ROWS_MAX, Store, dialect};
 
 /// What became of one message of a batch.
@@ -25,6 +35,20 @@ impl Arrival {
             Arrival::Fresh(saga) | Arrival::Existing(saga) => saga,
         }
     }
+}
+
+/// What [`Store::receive`] made of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    /// Every row as it stands after the transaction, in input order. A fresh row that was
+    /// opened (its first step written) is in the status that step left it in.
+    pub arrivals: Vec<Arrival>,
+    /// The fresh rows that may have to wait for an earlier unfinished saga of their order on
+    /// their partition ([`Store::maybe_blocked`], asked inside the transaction). None of them
+    /// was opened.
+    pub maybe_blocked: HashSet<String>,
+    /// The fresh rows whose first step was written.
+    pub opened: HashSet<String>,
 }
 
 const COLUMNS: &str = "biz_id, order_no, event_type, src_topic, src_partition, src_offset, payload, status, version, \
@@ -50,6 +74,35 @@ impl Store {
         if sagas.is_empty() {
             return Ok(Vec::new());
         }
+        Self::check_arrivals(sagas)?;
+        let txn = self.begin_arrivals(sagas, owner, lease_ms, actor).await?;
+        txn.commit().await.during("commit inbox insert", None)?;
+        self.stats.write_committed();
+        self.classify(&self.db, sagas, owner).await
+    }
+
+    /// A transaction that has inserted `sagas`' rows and their arrival log rows; the caller
+    /// commits it.
+    async fn begin_arrivals(
+        &self,
+        sagas: &[Saga],
+        owner: &str,
+        lease_ms: i64,
+        actor: &str,
+    ) -> Result<DatabaseTransaction, Error> {
+        // A power-of-two number of rows (the last one repeated: a repeat is a conflict, which
+        // inserts nothing), so the two statements keep a few shapes that stay prepared on every
+        // connection (`dialect::padded` says why). Splitting the batch into power-of-two chunks
+        // instead cost a round trip per chunk, which on this box took longer than the padding.
+        let (insert, log) = self.arrival_statements(&dialect::padded(sagas.iter().collect()), owner, lease_ms, actor);
+        let txn = self.db.begin().await.during("begin inbox insert", None)?;
+        txn.execute_raw(insert).await.during("insert inbox rows", None)?;
+        txn.execute_raw(log).await.during("insert arrival log rows", None)?;
+        Ok(txn)
+    }
+
+    /// A batch within [`BATCH_ROWS_MAX`] of RECEIVED and PARKED rows only.
+    fn check_arrivals(sagas: &[Saga]) -> Result<(), Error> {
         if sagas.len() > BATCH_ROWS_MAX {
             return Err(Error::Invalid(format!("batch of {} rows is over the limit of {BATCH_ROWS_MAX}", sagas.len())));
         }
@@ -59,17 +112,100 @@ impl Store {
                 bad.biz_id, bad.status
             )));
         }
-        // A power-of-two number of rows (the last one repeated: a repeat is a conflict, which
-        // inserts nothing), so the two statements keep a few shapes that stay prepared on every
-        // connection (`dialect::padded` says why). Splitting the batch into power-of-two chunks
-        // instead cost a round trip per chunk, which on this box took longer than the padding.
-        let (insert, log) = self.arrival_statements(&dialect::padded(sagas.iter().collect()), owner, lease_ms, actor);
-        let txn = self.db.begin().await.during("begin inbox insert", None)?;
-        txn.execute_raw(insert).await.during("insert inbox rows", None)?;
-        txn.execute_raw(log).await.during("insert arrival log rows", None)?;
+        Ok(())
+    }
+
+    /// [`Store::insert_arrivals`] and more, in the same one transaction: it asks which fresh
+    /// rows may wait for an earlier unfinished saga of their order, and writes, for each fresh
+    /// row that none holds back and whose biz_id `openings` names, that first change (one
+    /// compare-and-set on the row just inserted, its log rows and its business row), exactly
+    /// as [`Store::write`] would write it for the lease holder at `now_ms` (the caller's
+    /// database-clock reading). The caller then holds the opened row, leased, and makes the
+    /// call its change recorded the intent of.
+    ///
+    /// The order question is answered inside the transaction, after the inserts, so it sees
+    /// this batch's own rows and every row committed before; a batch written beside this one
+    /// by the same caller is not visible, so the caller leaves out of `openings` the orders it
+    /// shares with such batches.
+    pub async fn receive(
+        &self,
+        sagas: &[Saga],
+        owner: &str,
+        lease_ms: i64,
+        actor: &str,
+        now_ms: i64,
+        openings: &HashMap<String, Change>,
+    ) -> Result<Received, Error> {
+        if sagas.is_empty() {
+            return Ok(Received { arrivals: Vec::new(), maybe_blocked: HashSet::new(), opened: HashSet::new() });
+        }
+        Self::check_arrivals(sagas)?;
+        self.retry_rolled_back(|| self.try_receive(sagas, owner, lease_ms, actor, now_ms, openings)).await
+    }
+
+    async fn try_receive(
+        &self,
+        sagas: &[Saga],
+        owner: &str,
+        lease_ms: i64,
+        actor: &str,
+        now_ms: i64,
+        openings: &HashMap<String, Change>,
+    ) -> Result<Received, Error> {
+        let txn = self.begin_arrivals(sagas, owner, lease_ms, actor).await?;
+        let mut arrivals = self.classify(&txn, sagas, owner).await?;
+        let fresh: Vec<&Saga> = arrivals
+            .iter()
+            .filter_map(|arrival| match arrival {
+                Arrival::Fresh(saga) => Some(saga),
+                Arrival::Existing(_) => None,
+            })
+            .collect();
+        let maybe_blocked = self.maybe_blocked_on(&txn, &fresh).await?;
+        let mut members = Vec::new();
+        for saga in fresh {
+            let Some(change) = openings.get(&saga.biz_id) else { continue };
+            if maybe_blocked.contains(&saga.biz_id) {
+                continue;
+            }
+            let next = change.apply(saga, now_ms)?;
+            members.push(Member {
+                before: saga.clone(),
+                next,
+                change: change.clone(),
+                lease_ms,
+                actor: actor.to_owned(),
+                call_ms: None,
+            });
+        }
+        // Key order, as every group takes its rows (`group.rs`).
+        members.sort_by(|a, b| a.before.biz_id.cmp(&b.before.biz_id));
+        if !members.is_empty() {
+            let applied = self.compare_and_set_chunks(&txn, &members).await?;
+            if applied.as_ref().is_none_or(|applied| applied.iter().any(|ok| !ok)) {
+                // Rows this transaction inserted are locked by it: nothing else can have moved them.
+                let biz_id = members[0].before.biz_id.clone();
+                return Err(Error::Corrupt {
+                    biz_id,
+                    message: "a row inserted by this inbox transaction changed before its first step".to_owned(),
+                });
+            }
+            self.write_applied(&txn, &members, &vec![true; members.len()]).await?;
+        }
         txn.commit().await.during("commit inbox insert", None)?;
         self.stats.write_committed();
-        self.classify(sagas, owner).await
+        self.stats.transitions_written(members.len() as u64);
+        let mut opened_rows: HashMap<String, Saga> =
+            members.into_iter().map(|m| (m.before.biz_id.clone(), m.into_written())).collect();
+        let opened = opened_rows.keys().cloned().collect();
+        for arrival in &mut arrivals {
+            if let Arrival::Fresh(saga) = arrival
+                && let Some(next) = opened_rows.remove(&saga.biz_id)
+            {
+                *saga = next;
+            }
+        }
+        Ok(Received { arrivals, maybe_blocked, opened })
     }
 
     /// The INSERT of `sagas`' rows and the INSERT of their arrival log rows.
@@ -130,19 +266,20 @@ impl Store {
         )
     }
 
-    async fn classify(&self, sagas: &[Saga], owner: &str) -> Result<Vec<Arrival>, Error> {
+    /// Reads `sagas`' rows back on `conn` and tells which are fresh (ours to drive).
+    async fn classify<C: ConnectionTrait>(&self, conn: &C, sagas: &[Saga], owner: &str) -> Result<Vec<Arrival>, Error> {
         let ids = dialect::padded(sagas.iter().map(|s| s.biz_id.clone()).collect());
         let stored = saga::Entity::find()
             .filter(saga::Column::BizId.is_in(ids))
-            .all(&self.db)
+            .all(conn)
             .await
             .during("read inbox rows", None)?;
-        let mut by_id = std::collections::HashMap::with_capacity(stored.len());
+        let mut by_id = HashMap::with_capacity(stored.len());
         for model in stored {
             by_id.insert(model.biz_id.clone(), row::to_saga(model)?);
         }
         let mut out = Vec::with_capacity(sagas.len());
-        let mut seen = std::collections::HashSet::with_capacity(sagas.len());
+        let mut seen = HashSet::with_capacity(sagas.len());
         for wanted in sagas {
             let stored = by_id.get(&wanted.biz_id).cloned().ok_or_else(|| Error::Corrupt {
                 biz_id: wanted.biz_id.clone(),

@@ -42,7 +42,7 @@ use sea_orm_migration::MigratorTrait;
 
 pub use error::Error;
 pub use finding::{FindingTicket, LOGISTICS_LEDGER_STEP, TicketOutcome, WMS_LEDGER_STEP};
-pub use inbox::Arrival;
+pub use inbox::{Arrival, Received};
 pub use lookup::LedgerView;
 pub use outbox::OutboxMessage;
 pub use read::{OrderRow, Transition};

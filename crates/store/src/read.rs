@@ -205,6 +205,15 @@ impl Store {
     /// unfinished saga of their order on their partition: [`Store::earlier_unfinished`] for a
     /// whole batch in one query per chunk. A saga not returned has no such predecessor now.
     pub async fn maybe_blocked(&self, sagas: &[&Saga]) -> Result<HashSet<String>, Error> {
+        self.maybe_blocked_on(&self.db, sagas).await
+    }
+
+    /// [`Store::maybe_blocked`] on `conn` (inside the inbox transaction that inserted the rows).
+    pub(crate) async fn maybe_blocked_on<C: ConnectionTrait>(
+        &self,
+        conn: &C,
+        sagas: &[&Saga],
+    ) -> Result<HashSet<String>, Error> {
         let mut first_unfinished: HashMap<(String, String, i32), i64> = HashMap::new();
         for chunk in sagas.chunks(BATCH_ROWS_MAX) {
             let mut orders: Vec<&str> = chunk.iter().map(|s| s.order_no.as_str()).collect();
@@ -213,8 +222,7 @@ impl Store {
             let orders = dialect::padded(orders);
             let sql = first_unfinished_sql(self.backend, orders.len());
             let values: Vec<Value> = orders.iter().map(|o| Value::from(*o)).collect();
-            let rows = self
-                .db
+            let rows = conn
                 .query_all_raw(Statement::from_sql_and_values(self.backend, sql, values))
                 .await
                 .during("check earlier sagas of a batch's orders", None)?;

@@ -339,6 +339,78 @@ async fn earlier_unfinished_saga_of_the_order_blocks(db: &TestDb) {
 }
 both_engines!(per_order_check, earlier_unfinished_saga_of_the_order_blocks);
 
+/// The planner's first write for a fresh saga, as the consumer asks for it before the inbox write.
+fn first_change(saga: &Saga, now: i64) -> Change {
+    match plan(saga, &Observation::Nothing, now, &Rules::default()) {
+        Plan::Write { change, then: Some(_) } => change,
+        other => panic!("a fresh saga opens with a write and a call, not {other:?}"),
+    }
+}
+
+async fn receive_opens_fresh_rows_nothing_holds_back(db: &TestDb) {
+    let store = &db.store;
+    let now = store.now_ms().await.expect("clock");
+    // O-2 has an unfinished saga already; O-3's first saga is redelivered below.
+    let earlier = arrive(store, received(store, "O-2", 1).await, "c0", LEASE_MS).await;
+    let redelivered = arrive(store, received(store, "O-3", 2).await, "c0", LEASE_MS).await;
+    let mut later = received(store, "O-2", 3).await;
+    later.biz_id = "O-2:SHIPPED".into();
+    let opened = received(store, "O-1", 4).await;
+    let mut same_order = received(store, "O-1", 5).await;
+    same_order.biz_id = "O-1:SHIPPED".into();
+    let unnamed = received(store, "O-4", 6).await;
+    let batch = vec![later.clone(), redelivered.clone(), opened.clone(), same_order.clone(), unnamed.clone()];
+    let openings: std::collections::HashMap<String, Change> = [&later, &redelivered, &opened, &same_order]
+        .into_iter()
+        .map(|saga| (saga.biz_id.clone(), first_change(saga, now)))
+        .collect();
+    let before = store.stats();
+    let received = store.receive(&batch, "c1", LEASE_MS, "consumer:c1", now, &openings).await.expect("receive");
+    let after = store.stats();
+    assert_eq!(after.write_txns - before.write_txns, 1, "one transaction for the batch and its openings");
+    assert_eq!(after.transitions - before.transitions, 1);
+    assert_eq!(received.opened, std::collections::HashSet::from([opened.biz_id.clone()]));
+    assert_eq!(
+        received.maybe_blocked,
+        std::collections::HashSet::from([later.biz_id.clone(), same_order.biz_id.clone()]),
+        "held back by an unfinished saga of the order, committed before or in the same batch"
+    );
+    let statuses: Vec<(bool, Status, u64)> =
+        received.arrivals.iter().map(|a| (matches!(a, Arrival::Fresh(_)), a.saga().status, a.saga().version)).collect();
+    assert_eq!(
+        statuses,
+        [
+            (true, Status::Received, 0),
+            (false, Status::Received, 0),
+            (true, Status::WmsRequested, 2),
+            (true, Status::Received, 0),
+            (true, Status::Received, 0),
+        ]
+    );
+    // The opened row is as a write of its own would have left it: leased to c1, in the table,
+    // with its log rows and its business row.
+    let row = received.arrivals[2].saga();
+    let mut stored = store.get(&opened.biz_id).await.expect("get").expect("row");
+    assert!(stored.lease.until_ms > stored.updated_at_ms, "still leased");
+    // As after any write, the lease's end is the caller's estimate; the table has the database's.
+    stored.lease.until_ms = row.lease.until_ms;
+    assert_eq!(&stored, row);
+    assert_eq!(row.lease.owner_id.as_deref(), Some("c1"));
+    assert!(row.wms_request_id.is_some(), "the intent names its request id");
+    let log: Vec<(u64, Status)> =
+        store.transitions(&opened.biz_id).await.expect("log").iter().map(|t| (t.version, t.to)).collect();
+    assert_eq!(log, [(0, Status::Received), (1, Status::DbWritten), (2, Status::WmsRequested)]);
+    assert!(store.order_row(&opened.biz_id).await.expect("order row").is_some(), "business row written");
+    for other in [&later, &same_order, &unnamed] {
+        assert!(store.order_row(&other.biz_id).await.expect("order row").is_none(), "{} not opened", other.biz_id);
+    }
+    // The holder drives on from the opened row as from any write of its own.
+    let done = step(store, row, Observation::Wms(WmsAnswer::Locked)).await;
+    assert_eq!(done.status, Status::LogisticsRequested);
+    assert_eq!(store.get(&earlier.biz_id).await.expect("get").map(|s| s.status), Some(Status::Received));
+}
+both_engines!(receive_opens, receive_opens_fresh_rows_nothing_holds_back);
+
 async fn tickets_are_one_per_step_and_carry_evidence(db: &TestDb) {
     let store = &db.store;
     let saga = arrive(store, received(store, "O-1", 1).await, "c1", LEASE_MS).await;
