@@ -165,16 +165,21 @@ impl<D: Downstream> Pipeline<D> {
         self.pending.iter().map(|p| p.messages).sum()
     }
 
-    /// Gathers more messages after `first`, for up to `batch_linger_ms`, up to `batch_max` or
-    /// the room left below `in_flight_max`, whichever is less: a batch never carries the
-    /// in-flight count far past its bound (only a message already fetched when the partitions
-    /// were paused can).
+    /// Gathers more messages after `first`, for up to `batch_linger_ms` while an earlier batch
+    /// is being written (`batch_linger_idle_ms` while none is: by default only what has already
+    /// been fetched), up to `batch_max` or the room left below `in_flight_max`, whichever is
+    /// less: a batch never carries the in-flight count far past its bound (only a message
+    /// already fetched when the partitions were paused can).
     async fn collect(&self, first: Incoming) -> Vec<Incoming> {
         let room = self.settings.in_flight_max.saturating_sub(self.scheduler.len() + self.pending_messages());
         let size_max = room.clamp(1, self.settings.batch_max);
         let mut batch = Vec::with_capacity(size_max);
         batch.push(first);
-        let linger_until = tokio::time::Instant::now() + Duration::from_millis(self.settings.batch_linger_ms);
+        let linger_ms =
+            if self.pending.is_empty() { self.settings.batch_linger_idle_ms } else { self.settings.batch_linger_ms };
+        // A deadline already reached still takes the messages that are ready: `timeout_at`
+        // polls `recv` before it looks at the clock.
+        let linger_until = tokio::time::Instant::now() + Duration::from_millis(linger_ms);
         while batch.len() < size_max {
             match tokio::time::timeout_at(linger_until, recv(&self.consumer)).await {
                 Ok(Ok(message)) => batch.push(message),

@@ -600,10 +600,15 @@ async fn bad_config_is_refused_with_its_reason() {
 
     // The same through the loader a binary uses.
     let sources = midflight_config::Sources {
-        overrides: vec!["consumer.in_flight_max=0".into(), "consumer.batch_linger_ms=5000".into()],
+        overrides: vec![
+            "consumer.in_flight_max=0".into(),
+            "consumer.batch_linger_ms=5000".into(),
+            "consumer.batch_linger_idle_ms=1001".into(),
+        ],
         ..Default::default()
     };
     let message = midflight_config::load::<ConsumerConfig>(&sources).expect_err("refused").to_string();
     assert!(message.contains("consumer.in_flight_max must be in 1..=100000, got 0"), "{message}");
     assert!(message.contains("consumer.batch_linger_ms must be at most 1000, got 5000"), "{message}");
+    assert!(message.contains("consumer.batch_linger_idle_ms must be at most 1000, got 1001"), "{message}");
 }
