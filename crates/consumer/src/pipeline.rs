@@ -97,7 +97,8 @@ pub(crate) struct Pending {
 /// A batch made durable.
 pub(crate) struct Durable {
     arrivals: Vec<Arrival>,
-    /// When the inbox write that leased the fresh rows was sent.
+    /// Taken before the first try at writing the batch: no fresh row's lease (nor its opened
+    /// intent's clock, read just before the batch was parsed) began much earlier.
     leased_at: Instant,
     /// Database-clock reading taken just before the batch was parsed.
     now_ms: i64,
@@ -455,7 +456,9 @@ impl Writer {
         now_ms: i64,
         shutdown: CancellationToken,
     ) -> Result<Option<Durable>, Error> {
-        retrying(&batch, &shutdown, || self.try_once(&batch, &sagas, &poisoned, now_ms)).await
+        // Taken once: a row an earlier try committed (its answer lost) keeps that try's lease.
+        let leased_at = Instant::now();
+        retrying(&batch, &shutdown, || self.try_once(&batch, &sagas, &poisoned, now_ms, leased_at)).await
     }
 
     /// Delivers dead-letter copies, then inserts the rows in one transaction which also asks
@@ -466,6 +469,7 @@ impl Writer {
         sagas: &[Saga],
         poisoned: &[Poisoned],
         now_ms: i64,
+        leased_at: Instant,
     ) -> Result<Durable, Error> {
         let poison: Vec<Poison<'_>> = poisoned
             .iter()
@@ -473,7 +477,6 @@ impl Writer {
             .collect();
         inbox::dead_letter(&self.producer, &self.dead_letter_topic, &poison).await?;
         let parked = poison.iter().map(|p| p.saga.biz_id.clone()).collect();
-        let leased_at = Instant::now();
         let Received { arrivals, maybe_blocked, opened } =
             self.store.receive(sagas, &self.owner, self.lease_ms, &self.actor, now_ms, &self.openings).await?;
         // Each opened saga with the call its drive starts with; its step counted as a drive's

@@ -161,7 +161,11 @@ impl<D: Downstream> Driver<D> {
     /// [`Driver::drive`] for a fresh row whose first step the inbox wrote ([`opening`]): the
     /// row records the intent of `call` and nothing has been sent, so the drive starts by making
     /// `call` (not by asking the downstream what became of it, as it would for an intent found
-    /// later). `leased_at` is when the inbox write was sent; the row's order was checked there.
+    /// later). `leased_at` is when the inbox write began (the intent's clock was read just
+    /// before); the row's order was checked there. A downstream's in-flight window counts from
+    /// the intent's clock, so when the drive starts more than one RPC timeout after `leased_at`
+    /// (the batch waited on retries or on the batches before it) it first restarts that clock
+    /// with a write of its own, as a resend does.
     pub async fn drive_opened(&self, saga: Saga, leased_at: Instant, call: Call) -> Outcome {
         self.drive_from(saga, leased_at, true, Some(call)).await
     }
@@ -176,7 +180,18 @@ impl<D: Downstream> Driver<D> {
 
     async fn drive_held(&self, saga: Saga, leased_at: Instant, order_checked: bool, call: Option<Call>) -> Outcome {
         let lease_valid_until = leased_at + self.settings.lease();
+        let stale = call.is_some() && leased_at.elapsed() > self.settings.rpc_timeout();
         let mut held = Held { saga, lease_valid_until, call_ms: None, order_checked };
+        if stale {
+            match self.restart_intent_clock(&mut held).await {
+                Ok(true) => {}
+                Ok(false) => return Outcome::Lost,
+                Err(error) => {
+                    tracing::warn!(biz_id = %held.saga.biz_id, %error, "saga drive failed; the lease will expire");
+                    return Outcome::Failed(error);
+                }
+            }
+        }
         match self.run(&mut held, call).await {
             Ok(outcome) => outcome,
             Err(error) => {
@@ -254,6 +269,30 @@ impl<D: Downstream> Driver<D> {
                         None => return Ok(self.stop_outcome()),
                     };
                 }
+            }
+        }
+    }
+
+    /// Writes a new start for the in-flight window of the intent the row records (nothing has
+    /// been sent under it yet); `false` if the saga was lost meanwhile.
+    async fn restart_intent_clock(&self, held: &mut Held) -> Result<bool, midflight_store::Error> {
+        let change = Change {
+            restart_intent_clock: true,
+            reason: "opened intent waited before its first call; restarting its clock".to_owned(),
+            ..Change::default()
+        };
+        let now_ms = self.store.now_ms().await?;
+        let sent = Instant::now();
+        match self.store.write(&held.saga, &change, now_ms, self.settings.lease_ms, &self.actor).await? {
+            Cas::Applied(next) => {
+                held.saga = next;
+                held.lease_valid_until = sent + self.settings.lease();
+                Ok(true)
+            }
+            Cas::Conflict => {
+                telemetry::conflict(&self.actor, "write");
+                tracing::info!(biz_id = %held.saga.biz_id, "lost the saga to another owner before its first call; stopping");
+                Ok(false)
             }
         }
     }

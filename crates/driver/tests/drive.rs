@@ -110,23 +110,30 @@ async fn happy_path(db: &TestDb) {
 }
 both_engines!(happy_path_locks_once_and_ships_once, happy_path);
 
-/// Every call a driver makes, in order.
+/// Calls a driver made, in order, each with the intent clock of the row it was sent under.
+type CallLog = Arc<std::sync::Mutex<Vec<(Call, Option<i64>)>>>;
+
+/// Records every call a driver makes in a [`CallLog`].
 #[derive(Clone)]
 struct Recording<D> {
     inner: D,
-    calls: Arc<std::sync::Mutex<Vec<Call>>>,
+    calls: CallLog,
 }
 
 impl<D: Downstream> Downstream for Recording<D> {
     async fn call(&self, call: Call, saga: &Saga, timeout: Duration) -> Observation {
-        self.calls.lock().expect("calls").push(call);
+        self.calls.lock().expect("calls").push((call, saga.intent_at_ms));
         self.inner.call(call, saga, timeout).await
     }
 }
 
+fn called(calls: &CallLog) -> Vec<Call> {
+    calls.lock().expect("calls").iter().map(|(call, _)| *call).collect()
+}
+
 async fn opened_in_the_inbox(db: &TestDb) {
     let mocks = MockDownstreams::start(MockOptions::default()).await;
-    let calls = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let calls = CallLog::default();
     let consumer = driver(&db.store, Recording { inner: mocks.client(), calls: calls.clone() }, "c1");
     let now = db.store.now_ms().await.expect("clock");
     let saga = Saga::received(
@@ -150,7 +157,7 @@ async fn opened_in_the_inbox(db: &TestDb) {
     assert_eq!(finished(&outcome), Status::Done);
     // It starts with the lock itself: a query first would mean it treated its own fresh
     // intent as an unknown outcome.
-    assert_eq!(*calls.lock().expect("calls"), [Call::LockStock, Call::CreateShipment]);
+    assert_eq!(called(&calls), [Call::LockStock, Call::CreateShipment]);
     let (wms, logistics) = ledgers(&mocks.client()).await;
     assert_eq!((kinds(&wms), kinds(&logistics)), (vec![LedgerKind::Apply], vec![LedgerKind::Apply]));
     let path: Vec<Status> = db.store.transitions(&saga.biz_id).await.expect("log").iter().map(|t| t.to).collect();
@@ -167,6 +174,39 @@ async fn opened_in_the_inbox(db: &TestDb) {
     assert!(midflight_driver::opening(&late, now, consumer.rules()).is_none(), "a deadline passed rolls back");
 }
 both_engines!(opened_in_the_inbox_starts_with_its_call, opened_in_the_inbox);
+
+async fn opened_long_ago(db: &TestDb) {
+    let mocks = MockDownstreams::start(MockOptions::default()).await;
+    let calls = CallLog::default();
+    let consumer = driver(&db.store, Recording { inner: mocks.client(), calls: calls.clone() }, "c1");
+    let now = db.store.now_ms().await.expect("clock");
+    let saga = Saga::received(
+        &event("O-1", "CN-ZJ"),
+        Source { topic: "orders".into(), partition: 0, offset: 1 },
+        now,
+        now + 600_000,
+    );
+    let (change, call) = midflight_driver::opening(&saga, now, consumer.rules()).expect("a fresh saga opens");
+    let openings = std::collections::HashMap::from([(saga.biz_id.clone(), change)]);
+    let received = db
+        .store
+        .receive(std::slice::from_ref(&saga), "c1", LEASE_MS, "test:c1", now, &openings)
+        .await
+        .expect("receive");
+    let opened = received.arrivals[0].saga().clone();
+    // The batch's write began more than an RPC timeout (2 s here) before the drive starts.
+    let leased_at = Instant::now().checked_sub(Duration::from_secs(3)).expect("an instant 3 s ago");
+    let outcome = consumer.drive_opened(opened.clone(), leased_at, call).await;
+    assert_eq!(finished(&outcome), Status::Done);
+    assert_eq!(called(&calls), [Call::LockStock, Call::CreateShipment]);
+    let sent_under = calls.lock().expect("calls")[0].1.expect("an intent clock");
+    assert!(sent_under > opened.intent_at_ms.expect("opened intent"), "the clock restarted before the lock");
+    let done = db.store.get(&saga.biz_id).await.expect("get").expect("row");
+    assert_eq!(done.version, 7, "one write more than a drive without the wait (6)");
+    let (wms, logistics) = ledgers(&mocks.client()).await;
+    assert_eq!((kinds(&wms), kinds(&logistics)), (vec![LedgerKind::Apply], vec![LedgerKind::Apply]));
+}
+both_engines!(opened_intent_that_waited_restarts_its_clock, opened_long_ago);
 
 async fn dropped_lock_response(db: &TestDb) {
     let drop_all = MethodFaults { drop_response: 1.0, ..MethodFaults::default() };

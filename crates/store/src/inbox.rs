@@ -127,6 +127,9 @@ impl Store {
     /// this batch's own rows and every row committed before; a batch written beside this one
     /// by the same caller is not visible, so the caller leaves out of `openings` the orders it
     /// shares with such batches.
+    ///
+    /// Called again with the same arguments after a commit whose answer was lost, it finds the
+    /// rows that commit opened and reports them opened again (and writes nothing more for them).
     pub async fn receive(
         &self,
         sagas: &[Saga],
@@ -154,11 +157,12 @@ impl Store {
     ) -> Result<Received, Error> {
         let txn = self.begin_arrivals(sagas, owner, lease_ms, actor).await?;
         let mut arrivals = self.classify(&txn, sagas, owner).await?;
+        let reopened = Self::opened_before(&mut arrivals, owner, now_ms, openings);
         let fresh: Vec<&Saga> = arrivals
             .iter()
             .filter_map(|arrival| match arrival {
-                Arrival::Fresh(saga) => Some(saga),
-                Arrival::Existing(_) => None,
+                Arrival::Fresh(saga) if !reopened.contains(&saga.biz_id) => Some(saga),
+                _ => None,
             })
             .collect();
         let maybe_blocked = self.maybe_blocked_on(&txn, &fresh).await?;
@@ -197,7 +201,8 @@ impl Store {
         self.stats.transitions_written(members.len() as u64);
         let mut opened_rows: HashMap<String, Saga> =
             members.into_iter().map(|m| (m.before.biz_id.clone(), m.into_written())).collect();
-        let opened = opened_rows.keys().cloned().collect();
+        let mut opened: HashSet<String> = opened_rows.keys().cloned().collect();
+        opened.extend(reopened);
         for arrival in &mut arrivals {
             if let Arrival::Fresh(saga) = arrival
                 && let Some(next) = opened_rows.remove(&saga.biz_id)
@@ -206,6 +211,36 @@ impl Store {
             }
         }
         Ok(Received { arrivals, maybe_blocked, opened })
+    }
+
+    /// Rows an earlier try of this same call opened and committed, though the caller saw the
+    /// try fail (a commit whose answer was lost): each is leased to `owner` at epoch 1 and
+    /// stands exactly as its opening left it at `now_ms`, the reading this call was given.
+    /// They are marked fresh again, so the caller drives them instead of leaving its own rows
+    /// until their leases expire; their biz_ids are returned.
+    fn opened_before(
+        arrivals: &mut [Arrival],
+        owner: &str,
+        now_ms: i64,
+        openings: &HashMap<String, Change>,
+    ) -> HashSet<String> {
+        let mut reopened = HashSet::new();
+        let mut seen = HashSet::with_capacity(arrivals.len());
+        for arrival in arrivals.iter_mut() {
+            let first = seen.insert(arrival.saga().biz_id.clone());
+            let Arrival::Existing(saga) = arrival else { continue };
+            let Some(change) = openings.get(&saga.biz_id) else { continue };
+            let as_opened = saga.lease.owner_id.as_deref() == Some(owner)
+                && saga.lease.epoch == 1
+                && saga.status == change.status_after(Status::Received)
+                && saga.version == (change.path.len() as u64).max(1)
+                && saga.updated_at_ms == now_ms;
+            if first && as_opened {
+                reopened.insert(saga.biz_id.clone());
+                *arrival = Arrival::Fresh(saga.clone());
+            }
+        }
+        reopened
     }
 
     /// The INSERT of `sagas`' rows and the INSERT of their arrival log rows.

@@ -387,6 +387,21 @@ async fn receive_opens_fresh_rows_nothing_holds_back(db: &TestDb) {
             (true, Status::Received, 0),
         ]
     );
+    // A retry after a commit whose answer was lost: the same call again finds what it wrote and
+    // reports the opened row opened again, writing nothing more for it.
+    let again = store.receive(&batch, "c1", LEASE_MS, "consumer:c1", now, &openings).await.expect("retry");
+    let retried = store.stats();
+    assert_eq!(again.opened, received.opened);
+    assert_eq!(again.maybe_blocked, received.maybe_blocked);
+    let again_statuses: Vec<(bool, Status, u64)> =
+        again.arrivals.iter().map(|a| (matches!(a, Arrival::Fresh(_)), a.saga().status, a.saga().version)).collect();
+    assert_eq!(again_statuses, statuses);
+    assert_eq!(retried.transitions, after.transitions, "nothing opened twice");
+    // Another owner, or another clock reading, is not that retry: the row is someone's work.
+    let other = store.receive(&batch, "c2", LEASE_MS, "consumer:c2", now, &openings).await.expect("other owner");
+    assert!(other.opened.is_empty() && matches!(other.arrivals[2], Arrival::Existing(_)));
+    let later_call = store.receive(&batch, "c1", LEASE_MS, "consumer:c1", now + 1, &openings).await.expect("later");
+    assert!(later_call.opened.is_empty() && matches!(later_call.arrivals[2], Arrival::Existing(_)));
     // The opened row is as a write of its own would have left it: leased to c1, in the table,
     // with its log rows and its business row.
     let row = received.arrivals[2].saga();
