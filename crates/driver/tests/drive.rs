@@ -131,10 +131,9 @@ fn called(calls: &CallLog) -> Vec<Call> {
     calls.lock().expect("calls").iter().map(|(call, _)| *call).collect()
 }
 
-async fn opened_in_the_inbox(db: &TestDb) {
-    let mocks = MockDownstreams::start(MockOptions::default()).await;
-    let calls = CallLog::default();
-    let consumer = driver(&db.store, Recording { inner: mocks.client(), calls: calls.clone() }, "c1");
+/// A fresh RECEIVED row for order O-1, inserted and opened in one inbox transaction (leased to
+/// "c1"), as the consumer writes it: the row as received, the row as opened, and its call.
+async fn open_in_the_inbox<D: Downstream>(db: &TestDb, consumer: &Driver<D>) -> (Saga, Saga, Call) {
     let now = db.store.now_ms().await.expect("clock");
     let saga = Saga::received(
         &event("O-1", "CN-ZJ"),
@@ -143,7 +142,6 @@ async fn opened_in_the_inbox(db: &TestDb) {
         now + 600_000,
     );
     let (change, call) = midflight_driver::opening(&saga, now, consumer.rules()).expect("a fresh saga opens");
-    assert_eq!(call, Call::LockStock);
     let openings = std::collections::HashMap::from([(saga.biz_id.clone(), change)]);
     let received = db
         .store
@@ -152,7 +150,15 @@ async fn opened_in_the_inbox(db: &TestDb) {
         .expect("receive");
     assert!(received.opened.contains(&saga.biz_id));
     let opened = received.arrivals[0].saga().clone();
-    assert_eq!(opened.status, Status::WmsRequested);
+    (saga, opened, call)
+}
+
+async fn opened_in_the_inbox(db: &TestDb) {
+    let mocks = MockDownstreams::start(MockOptions::default()).await;
+    let calls = CallLog::default();
+    let consumer = driver(&db.store, Recording { inner: mocks.client(), calls: calls.clone() }, "c1");
+    let (saga, opened, call) = open_in_the_inbox(db, &consumer).await;
+    assert_eq!((opened.status, call), (Status::WmsRequested, Call::LockStock));
     let outcome = consumer.drive_opened(opened, Instant::now(), call).await;
     assert_eq!(finished(&outcome), Status::Done);
     // It starts with the lock itself: a query first would mean it treated its own fresh
@@ -167,10 +173,10 @@ async fn opened_in_the_inbox(db: &TestDb) {
         vec![Received, DbWritten, WmsRequested, WmsConfirmed, LogisticsRequested, LogisticsConfirmed, Done]
     );
     // Only a RECEIVED row whose first step is a write and a call is opened.
+    let now = saga.created_at_ms;
     let parked = Saga { status: Status::Parked, ..saga.clone() };
     assert!(midflight_driver::opening(&parked, now, consumer.rules()).is_none());
-    let mut late = saga.clone();
-    late.deadline_ms = now - 1;
+    let late = Saga { deadline_ms: now - 1, ..saga.clone() };
     assert!(midflight_driver::opening(&late, now, consumer.rules()).is_none(), "a deadline passed rolls back");
 }
 both_engines!(opened_in_the_inbox_starts_with_its_call, opened_in_the_inbox);
@@ -179,21 +185,7 @@ async fn opened_long_ago(db: &TestDb) {
     let mocks = MockDownstreams::start(MockOptions::default()).await;
     let calls = CallLog::default();
     let consumer = driver(&db.store, Recording { inner: mocks.client(), calls: calls.clone() }, "c1");
-    let now = db.store.now_ms().await.expect("clock");
-    let saga = Saga::received(
-        &event("O-1", "CN-ZJ"),
-        Source { topic: "orders".into(), partition: 0, offset: 1 },
-        now,
-        now + 600_000,
-    );
-    let (change, call) = midflight_driver::opening(&saga, now, consumer.rules()).expect("a fresh saga opens");
-    let openings = std::collections::HashMap::from([(saga.biz_id.clone(), change)]);
-    let received = db
-        .store
-        .receive(std::slice::from_ref(&saga), "c1", LEASE_MS, "test:c1", now, &openings)
-        .await
-        .expect("receive");
-    let opened = received.arrivals[0].saga().clone();
+    let (saga, opened, call) = open_in_the_inbox(db, &consumer).await;
     // The batch's write began more than an RPC timeout (2 s here) before the drive starts.
     let leased_at = Instant::now().checked_sub(Duration::from_secs(3)).expect("an instant 3 s ago");
     let outcome = consumer.drive_opened(opened.clone(), leased_at, call).await;
