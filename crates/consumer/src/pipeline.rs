@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use midflight_driver::Downstream;
-use midflight_model::{Call, Change, PayloadError, Saga, Status};
+use midflight_model::{Call, Change, PayloadError, Rules, Saga, Status};
 use midflight_store::{Arrival, Received, Store};
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::KafkaResult;
@@ -229,16 +229,11 @@ impl<D: Downstream> Pipeline<D> {
         let rows: Vec<(String, String)> = sagas.iter().map(|s| (s.biz_id.clone(), s.order_no.clone())).collect();
         let overlapping: HashSet<String> =
             rows.iter().filter(|(_, order)| pending_orders.contains(order.as_str())).map(|(_, o)| o.clone()).collect();
-        let (mut openings, mut calls) = (HashMap::new(), HashMap::new());
-        if self.settings.open_in_inbox {
-            let rules = self.scheduler.driver().rules();
-            for saga in sagas.iter().filter(|saga| !overlapping.contains(&saga.order_no)) {
-                if let Some((change, call)) = midflight_driver::opening(saga, now_ms, rules) {
-                    openings.insert(saga.biz_id.clone(), change);
-                    calls.insert(saga.biz_id.clone(), call);
-                }
-            }
-        }
+        let (openings, calls) = if self.settings.open_in_inbox {
+            openings(&sagas, &overlapping, now_ms, self.scheduler.driver().rules())
+        } else {
+            (HashMap::new(), HashMap::new())
+        };
         let writer = Writer {
             store: self.store.clone(),
             producer: self.producer.clone(),
@@ -495,6 +490,26 @@ impl Writer {
     }
 }
 
+/// The first steps a batch's inbox transaction may write ([`midflight_driver::opening`]), by
+/// biz_id, and the call each records the intent of. None for a saga whose order is in
+/// `overlapping` (it also has rows in a batch being written beside this one, which this
+/// batch's transaction cannot see when it asks about earlier sagas of the order).
+fn openings(
+    sagas: &[Saga],
+    overlapping: &HashSet<String>,
+    now_ms: i64,
+    rules: &Rules,
+) -> (HashMap<String, Change>, HashMap<String, Call>) {
+    let (mut openings, mut calls) = (HashMap::new(), HashMap::new());
+    for saga in sagas.iter().filter(|saga| !overlapping.contains(&saga.order_no)) {
+        if let Some((change, call)) = midflight_driver::opening(saga, now_ms, rules) {
+            openings.insert(saga.biz_id.clone(), change);
+            calls.insert(saga.biz_id.clone(), call);
+        }
+    }
+    (openings, calls)
+}
+
 /// `attempt` until it succeeds, with bounded retries and a doubling backoff ([`retry_after`]);
 /// `None` if shutdown interrupted the wait between two tries. Both steps of making `batch`
 /// durable go through this: reading the clock to parse it, and writing it.
@@ -564,4 +579,36 @@ async fn release(store: &Store, sagas: Vec<Saga>) {
             }
         })
         .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arrived(order_no: &str, offset: i64, payload: Option<&str>) -> Saga {
+        let body = format!(
+            r#"{{"order_no":"{order_no}","event_type":"PAID","lines":[{{"sku":"SKU-0001","quantity":1}}],"address":{{"region":"CN-SH"}}}}"#
+        );
+        let message = Incoming {
+            topic: "orders".into(),
+            partition: 0,
+            offset,
+            key: None,
+            payload: payload.unwrap_or(&body).as_bytes().to_vec(),
+            traceparent: None,
+        };
+        inbox::arrive(&message, 1_000, 60_000).saga
+    }
+
+    #[test]
+    fn sagas_of_orders_written_beside_are_not_opened() {
+        let sagas = [arrived("A", 1, None), arrived("B", 2, None), arrived("C", 3, Some("{not json"))];
+        let overlapping = HashSet::from(["A".to_owned()]);
+        let (openings, calls) = openings(&sagas, &overlapping, 1_000, &Rules::default());
+        assert_eq!(openings.keys().collect::<Vec<_>>(), [&sagas[1].biz_id], "only B: A overlaps, C is parked");
+        assert_eq!(calls, HashMap::from([(sagas[1].biz_id.clone(), Call::LockStock)]));
+        assert_eq!(openings[&sagas[1].biz_id].status_after(Status::Received), Status::WmsRequested);
+        let (all, _) = super::openings(&sagas, &HashSet::new(), 1_000, &Rules::default());
+        assert_eq!(all.len(), 2, "nothing beside: A and B");
+    }
 }
