@@ -43,10 +43,15 @@ use crate::kafka::{Client, Partition, Producer, Throttle};
 use crate::scheduler::{Ended, Job, JobKind, Scheduler};
 
 /// Attempts at making one batch durable before `run` gives up (and the process restarts from
-/// the last committed offsets). Five attempts with the backoff below ride out ~3 s of trouble.
-const BATCH_ATTEMPTS_MAX: u32 = 5;
+/// the last committed offsets). Eight attempts with the backoff below wait 9 s in all, so a
+/// database that is gone for a few seconds (a failover, a proxy restart) does not stop the
+/// process; five (3 s) stopped both consumers of the database-loss scenario when its 5 s cut
+/// met a batch being written.
+const BATCH_ATTEMPTS_MAX: u32 = 8;
 /// First wait between attempts; doubled each time.
 const BATCH_BACKOFF_BASE: Duration = Duration::from_millis(200);
+/// Longest wait between two attempts.
+const BATCH_BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// Leases of never-started sagas released at once during shutdown.
 const RELEASE_CONCURRENCY: usize = 16;
 
@@ -554,7 +559,7 @@ fn retry_after(batch: &[Incoming], attempt: u32, error: Error) -> Result<Duratio
         topic = %first.topic, partition = first.partition, offset = first.offset, messages = batch.len(),
         attempt, %error, "batch not made durable; retrying"
     );
-    Ok(BATCH_BACKOFF_BASE * 2_u32.pow(attempt - 1))
+    Ok((BATCH_BACKOFF_BASE * 2_u32.pow((attempt - 1).min(8))).min(BATCH_BACKOFF_MAX))
 }
 
 /// The result of the oldest batch's write; never ready while no batch is being written.
@@ -598,6 +603,25 @@ mod tests {
             traceparent: None,
         };
         inbox::arrive(&message, 1_000, 60_000).saga
+    }
+
+    #[test]
+    fn a_batch_rides_out_nine_seconds_then_gives_up() {
+        let batch = [Incoming {
+            topic: "orders".into(),
+            partition: 0,
+            offset: 7,
+            key: None,
+            payload: b"{}".to_vec(),
+            traceparent: None,
+        }];
+        let waits: Vec<Duration> = (1..BATCH_ATTEMPTS_MAX)
+            .map(|attempt| retry_after(&batch, attempt, Error::Write("down".into())).expect("retried"))
+            .collect();
+        assert_eq!(waits.iter().sum::<Duration>(), Duration::from_secs(9), "{waits:?}");
+        assert_eq!(waits.last(), Some(&BATCH_BACKOFF_MAX));
+        let given_up = retry_after(&batch, BATCH_ATTEMPTS_MAX, Error::Write("down".into())).expect_err("gave up");
+        assert!(given_up.to_string().contains("after 8 attempts"), "{given_up}");
     }
 
     #[test]
