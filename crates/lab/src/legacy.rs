@@ -90,13 +90,14 @@ pub async fn run(config: LegacyConfig, shutdown: CancellationToken) -> anyhow::R
             _ = shutdown.cancelled() => break,
             message = consumer.recv() => message?,
         };
+        let received_at_ms = crate::timings::now_ms();
         let payload = message.payload().unwrap_or_default().to_vec();
         let source =
             Source { topic: message.topic().to_owned(), partition: message.partition(), offset: message.offset() };
         if let Ok(event) = OrderEvent::parse(&payload) {
             let call_ms = process(&db, &downstreams, &event, source, timeout, &shutdown).await?;
             if let (Some(timings), Some(call_ms)) = (&timings, call_ms) {
-                timings.record(&event.biz_id(), crate::timings::now_ms(), call_ms);
+                timings.record(&event.biz_id(), received_at_ms, crate::timings::now_ms(), call_ms);
             }
         }
         // The old consumer logged a failed commit and went on; the message comes back later.

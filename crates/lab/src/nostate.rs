@@ -193,6 +193,7 @@ pub async fn run(config: NoStateConfig, shutdown: CancellationToken) -> anyhow::
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
             received = next(&consumer, &permits) => {
                 let (message, permit) = received?;
+                let received_at_ms = crate::timings::now_ms();
                 let (topic, partition, offset) = (message.topic().to_owned(), message.partition(), message.offset());
                 let payload = message.payload().unwrap_or_default().to_vec();
                 drop(message);
@@ -200,7 +201,7 @@ pub async fn run(config: NoStateConfig, shutdown: CancellationToken) -> anyhow::
                 let shared = shared.clone();
                 tasks.spawn(async move {
                     let source = Source { topic: topic.clone(), partition, offset };
-                    handle(&shared, &payload, source).await;
+                    handle(&shared, &payload, source, received_at_ms).await;
                     shared.lock().finished(&topic, partition, offset);
                     drop(permit);
                 });
@@ -253,7 +254,7 @@ fn commit(consumer: &StreamConsumer, shared: &Shared, mode: CommitMode) {
 }
 
 /// One message: business row, lock, shipment, business row again, notification.
-async fn handle(shared: &Shared, payload: &[u8], source: Source) {
+async fn handle(shared: &Shared, payload: &[u8], source: Source, received_at_ms: i64) {
     let Ok(event) = OrderEvent::parse(payload) else {
         tracing::warn!(topic = %source.topic, partition = source.partition, offset = source.offset, "poison message skipped");
         return;
@@ -263,7 +264,7 @@ async fn handle(shared: &Shared, payload: &[u8], source: Source) {
     match process(shared, &event, &saga).await {
         Ok(call_ms) => {
             if let Some(timings) = &shared.timings {
-                timings.record(&saga.biz_id, crate::timings::now_ms(), call_ms);
+                timings.record(&saga.biz_id, received_at_ms, crate::timings::now_ms(), call_ms);
             }
         }
         Err(error) => {

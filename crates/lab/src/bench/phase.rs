@@ -94,6 +94,11 @@ pub struct PhaseResult {
     pub p99_ms: Option<i64>,
     pub added_p50_ms: Option<i64>,
     pub added_p99_ms: Option<i64>,
+    /// Produce call to the consumer having the message (midflight: its inbox insert; the
+    /// baselines: taken from Kafka): the part of the added latency spent before the consumer
+    /// could act (the producer's linger, the broker, the fetch wait).
+    pub arrival_p50_ms: Option<i64>,
+    pub arrival_p99_ms: Option<i64>,
     /// Mean time in downstream calls per message.
     pub call_mean_ms: Option<f64>,
     /// Counted by the consumers' stores (or the baseline's own counter), per finished message.
@@ -178,6 +183,9 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
                 i64::try_from(timing.call_ms).unwrap_or(i64::MAX),
                 started_ms(started),
             );
+            if let Some(received_at_ms) = timing.received_at_ms {
+                latencies.arrival.push(received_at_ms - produced);
+            }
         }
     }
     let finished = latencies.e2e.len();
@@ -187,6 +195,7 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
     let per_msg = |count: u64| (finished > 0).then(|| count as f64 / all as f64);
     let series = latencies.series(&samples);
     let (e2e, added) = (latencies.sorted_e2e(), latencies.sorted_added());
+    let arrival = sorted(latencies.arrival.clone());
     let result = PhaseResult {
         system: kind.name().to_owned(),
         phase: load.name().to_owned(),
@@ -202,6 +211,8 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
         p99_ms: percentile(&e2e, 0.99),
         added_p50_ms: percentile(&added, 0.50),
         added_p99_ms: percentile(&added, 0.99),
+        arrival_p50_ms: percentile(&arrival, 0.50),
+        arrival_p99_ms: percentile(&arrival, 0.99),
         call_mean_ms: (finished > 0).then(|| latencies.call_ms_sum as f64 / finished as f64),
         write_txns_per_msg: stopped.write_txns.and_then(per_msg),
         transitions_per_msg: stopped.transitions.and_then(per_msg),
@@ -225,11 +236,12 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
         series,
     };
     println!(
-        "{name}: {:.0} msg/s, p50 {:?} ms, p99 {:?} ms, added p99 {:?} ms, write txns/msg {:?}, rss {:.0} MiB, duplicates {}, violations {}",
+        "{name}: {:.0} msg/s, p50 {:?} ms, p99 {:?} ms, added p99 {:?} ms (arrival p99 {:?} ms), write txns/msg {:?}, rss {:.0} MiB, duplicates {}, violations {}",
         result.msgs_per_s,
         result.p50_ms,
         result.p99_ms,
         result.added_p99_ms,
+        result.arrival_p99_ms,
         result.write_txns_per_msg.map(|v| (v * 100.0).round() / 100.0),
         result.rss_mib,
         result.duplicates,
@@ -634,18 +646,27 @@ async fn collect(system: &System, kind: SystemKind, expected: &Expected) -> anyh
         for violation in report.violations.iter().take(5) {
             println!("  violation: {violation}");
         }
-        let mut by_saga: BTreeMap<&str, (Option<i64>, u64)> = BTreeMap::new();
+        // Per saga: its arrival (the inbox insert's log row), its DONE, its time in calls.
+        let mut by_saga: BTreeMap<&str, (Option<i64>, Option<i64>, u64)> = BTreeMap::new();
         for t in &snapshot.transitions {
             let entry = by_saga.entry(t.biz_id.as_str()).or_default();
-            if t.to == Status::Done && t.from != Some(Status::Done) {
+            if t.from.is_none() {
                 entry.0 = Some(t.at_ms);
             }
-            entry.1 += t.call_ms.unwrap_or(0);
+            if t.to == Status::Done && t.from != Some(Status::Done) {
+                entry.1 = Some(t.at_ms);
+            }
+            entry.2 += t.call_ms.unwrap_or(0);
         }
         let timings = by_saga
             .into_iter()
-            .filter_map(|(biz_id, (done, call_ms))| {
-                done.map(|done_at_ms| crate::timings::Timing { biz_id: biz_id.to_owned(), done_at_ms, call_ms })
+            .filter_map(|(biz_id, (received_at_ms, done, call_ms))| {
+                done.map(|done_at_ms| crate::timings::Timing {
+                    biz_id: biz_id.to_owned(),
+                    received_at_ms,
+                    done_at_ms,
+                    call_ms,
+                })
             })
             .collect();
         return Ok(Outcome {
@@ -673,6 +694,8 @@ struct Latencies {
     /// (seconds after loading started when it finished, end to end ms)
     e2e: Vec<(f64, i64)>,
     added: Vec<i64>,
+    /// Produce call to arrival at the consumer, where known.
+    arrival: Vec<i64>,
     call_ms_sum: i64,
 }
 
@@ -690,9 +713,7 @@ impl Latencies {
     }
 
     fn sorted_added(&self) -> Vec<i64> {
-        let mut values = self.added.clone();
-        values.sort_unstable();
-        values
+        sorted(self.added.clone())
     }
 
     /// The samples, each with the latency percentiles of the messages finished in its second.
@@ -714,6 +735,11 @@ impl Latencies {
             })
             .collect()
     }
+}
+
+fn sorted(mut values: Vec<i64>) -> Vec<i64> {
+    values.sort_unstable();
+    values
 }
 
 /// The `q` quantile of sorted `values` (nearest rank).
