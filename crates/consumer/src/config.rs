@@ -66,12 +66,14 @@ pub struct ConsumerSection {
     /// 16 inbox commits per second at full batches; the store caps a batch at 500 rows.
     pub batch_max: usize,
     /// How long a batch waits for more messages after its first one while an earlier batch is
-    /// still being written. 20 ms is small against a saga of about 0.5 s, and gathers ~80
-    /// messages per batch at 4,000 msg/s.
+    /// still being written. 0 (the default) writes it at once with the messages already
+    /// fetched: batches still grow under load without a timer, because while
+    /// `batches_in_flight` batches are being written no message is taken, and the next batch
+    /// takes everything fetched meanwhile. At 300 msg/s on the benchmark box, 20 ms here
+    /// doubled the p99 added latency (62-65 ms against 32-36) for 4% fewer write transactions
+    /// per message (BENCHMARKS.md).
     pub batch_linger_ms: u64,
-    /// The same wait when no batch is being written. 0 writes such a batch at once with the
-    /// messages already fetched: at a moderate rate a message then waits for no timer, and
-    /// under load batches still form, because one is nearly always being written.
+    /// The same wait when no batch is being written (default 0).
     pub batch_linger_idle_ms: u64,
     /// Batches being made durable at once. While one batch's inbox transaction runs, the next
     /// is gathered and written beside it instead of waiting its turn; offsets are still
@@ -111,7 +113,7 @@ impl Default for ConsumerSection {
         ConsumerSection {
             instance: "consumer".to_owned(),
             batch_max: 256,
-            batch_linger_ms: 20,
+            batch_linger_ms: 0,
             batch_linger_idle_ms: 0,
             batches_in_flight: 4,
             in_flight_max: 2_000,

@@ -172,8 +172,8 @@ impl<D: Downstream> Pipeline<D> {
     }
 
     /// Gathers more messages after `first`, for up to `batch_linger_ms` while an earlier batch
-    /// is being written (`batch_linger_idle_ms` while none is: by default only what has already
-    /// been fetched), up to `batch_max` or the room left below `in_flight_max`, whichever is
+    /// is being written (`batch_linger_idle_ms` while none is; both 0 by default: only what has
+    /// already been fetched), up to `batch_max` or the room left below `in_flight_max`, whichever is
     /// less: a batch never carries the in-flight count far past its bound (only a message
     /// already fetched when the partitions were paused can).
     async fn collect(&self, first: Incoming) -> Vec<Incoming> {
