@@ -242,6 +242,9 @@ pub async fn execute(plan: Plan) -> anyhow::Result<RunReport> {
     report.quiescent = quiescent;
     report.notes.append(&mut notes);
     report.notes.push(format!("logs and databases: {}", system.dir.display()));
+    if let Some(database) = &system.server_database {
+        report.notes.push(format!("saga database on the MySQL server: {database}"));
+    }
     Ok(report)
 }
 

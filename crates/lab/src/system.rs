@@ -132,6 +132,8 @@ pub struct System {
     pub store: Store,
     /// What the services connect to when the database is proxied.
     services_database_url: String,
+    /// The database this system created on the MySQL server (`spec.mysql_url`), if any.
+    pub server_database: Option<String>,
     pub proxy: Option<crate::proxy::Proxy>,
     configs: PathBuf,
 }
@@ -150,7 +152,7 @@ impl System {
         for (topic, partitions) in [(ORDER_TOPIC, spec.partitions), (NOTIFICATION_TOPIC, 4), (DEAD_LETTER_TOPIC, 1)] {
             kafka.create_topic(topic, partitions).with_context(|| format!("cannot create topic {topic}"))?;
         }
-        let database_url = database_url(&spec, &dir).await?;
+        let (database_url, server_database) = database_url(&spec, &dir).await?;
         let store = connect(&database_url).await?;
         store.migrate().await.context("cannot migrate the saga database")?;
         let (proxy, services_database_url) = proxied(&spec, &database_url).await?;
@@ -166,6 +168,7 @@ impl System {
             database_url,
             store,
             services_database_url,
+            server_database,
             proxy,
             configs,
         };
@@ -422,6 +425,21 @@ impl System {
             }
         }
     }
+
+    /// Drops the database this system created on the MySQL server (after [`System::shutdown`];
+    /// nothing to do on SQLite, whose files stay in the run directory).
+    pub async fn drop_server_database(&mut self) -> anyhow::Result<()> {
+        use sea_orm::ConnectionTrait;
+        let (Some(name), Some(server)) = (self.server_database.take(), self.spec.mysql_url.as_ref()) else {
+            return Ok(());
+        };
+        let db =
+            sea_orm::Database::connect(server.as_str()).await.with_context(|| format!("cannot connect to {server}"))?;
+        let dropped = db.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}")).await;
+        db.close().await.ok();
+        dropped.with_context(|| format!("cannot drop the database {name}"))?;
+        Ok(())
+    }
 }
 
 impl Drop for System {
@@ -446,9 +464,10 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
-async fn database_url(spec: &SystemSpec, dir: &Path) -> anyhow::Result<String> {
+/// The saga database's URL, and the name of the database created for it on the MySQL server.
+async fn database_url(spec: &SystemSpec, dir: &Path) -> anyhow::Result<(String, Option<String>)> {
     let Some(server) = spec.mysql_url.as_ref().filter(|url| !url.is_empty()) else {
-        return Ok(format!("sqlite://{}?mode=rwc", dir.join("saga.db").display()));
+        return Ok((format!("sqlite://{}?mode=rwc", dir.join("saga.db").display()), None));
     };
     use sea_orm::ConnectionTrait;
     let name = format!("midflight_{}_{}", spec.name.replace('-', "_"), std::process::id());
@@ -457,7 +476,7 @@ async fn database_url(spec: &SystemSpec, dir: &Path) -> anyhow::Result<String> {
     db.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}")).await?;
     db.execute_unprepared(&format!("CREATE DATABASE {name}")).await?;
     db.close().await.ok();
-    Ok(midflight_config::with_database_name(server, &name))
+    Ok((midflight_config::with_database_name(server, &name), Some(name)))
 }
 
 /// Starts the proxy when the spec asks for one: services get a URL through it.

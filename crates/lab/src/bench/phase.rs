@@ -171,6 +171,11 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
     println!("{name}: collecting");
     let outcome = collect(&system, kind, &expected).await?;
     system.shutdown();
+    // A phase leaves tens of thousands of rows; what was measured is in the report.
+    system.store.clone().close().await.ok();
+    if let Err(error) = system.drop_server_database().await {
+        println!("{name}: {error:#}");
+    }
 
     let msgs_per_s = rate_after(&samples, args.warmup_seconds as f64, loaded_s);
     let mut latencies = Latencies::default();
