@@ -306,15 +306,15 @@ fn markdown(report: &BenchReport) -> String {
     out.push_str(&summary_markdown(report));
     out.push_str("\n## Phases\n\n");
     out.push_str(
-        "| system | phase | consumers | offered msg/s | messages | finished | msg/s | p50 ms | p99 ms | added p50 ms | added p99 ms | arrival p50 ms | arrival p99 ms | call mean ms | write txns/msg | transitions/msg | MariaDB commits/msg | MariaDB write stmts/msg | MariaDB log writes/msg | RSS MiB | in flight/consumer max | rebalances | duplicates | violations | lost | drained | load avg |\n",
+        "| system | phase | consumers | offered msg/s | messages | finished | msg/s | p50 ms | p99 ms | added p50 ms | added p99 ms | arrival p50 ms | arrival p99 ms | after arrival p50 ms | after arrival p99 ms | call mean ms | write txns/msg | transitions/msg | MariaDB commits/msg | MariaDB write stmts/msg | MariaDB log writes/msg | RSS MiB | in flight/consumer max | rebalances | duplicates | violations | lost | drained | load avg |\n",
     );
     out.push_str(
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for p in phases(report) {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {:.1}-{:.1} |",
+            "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {:.1}-{:.1} |",
             p.system,
             p.phase,
             p.consumers,
@@ -328,6 +328,8 @@ fn markdown(report: &BenchReport) -> String {
             opt(p.added_p99_ms),
             opt(p.arrival_p50_ms),
             opt(p.arrival_p99_ms),
+            opt(p.after_arrival_p50_ms),
+            opt(p.after_arrival_p99_ms),
             opt_f(p.call_mean_ms, 0),
             opt_f(p.write_txns_per_msg, 3),
             opt_f(p.transitions_per_msg, 2),
@@ -351,7 +353,7 @@ fn markdown(report: &BenchReport) -> String {
          added = end to end minus the time spent in downstream calls (the log's `call_ms`); arrival = \
          produce call to the consumer having the message (midflight: its inbox insert, the log's arrival \
          row; baselines: taken from Kafka), the part of the added latency spent before the consumer can \
-         act. Write txns/msg: \
+         act; after arrival = per message, the added latency minus its arrival. Write txns/msg: \
          counted by the consumers' stores (baseline B: by its own counter). MariaDB columns: global server \
          counters (other clients of the server add noise).\n\n![throughput and latency over time](chart.svg)\n",
     );
@@ -360,13 +362,13 @@ fn markdown(report: &BenchReport) -> String {
 
 fn phases_csv(report: &BenchReport) -> String {
     let mut out = String::from(
-        "system,phase,consumers,offered_per_s,messages,finished,msgs_per_s,p50_ms,p99_ms,added_p50_ms,added_p99_ms,arrival_p50_ms,arrival_p99_ms,call_mean_ms,write_txns_per_msg,transitions_per_msg,mysql_commits_per_msg,mysql_write_statements_per_msg,mysql_log_writes_per_msg,rss_mib,in_flight_per_consumer_max,rebalances,duplicates,violations,lost,drained,load_avg_start,load_avg_end\n",
+        "system,phase,consumers,offered_per_s,messages,finished,msgs_per_s,p50_ms,p99_ms,added_p50_ms,added_p99_ms,arrival_p50_ms,arrival_p99_ms,after_arrival_p50_ms,after_arrival_p99_ms,call_mean_ms,write_txns_per_msg,transitions_per_msg,mysql_commits_per_msg,mysql_write_statements_per_msg,mysql_log_writes_per_msg,rss_mib,in_flight_per_consumer_max,rebalances,duplicates,violations,lost,drained,load_avg_start,load_avg_end\n",
     );
     let csv = |v: Option<String>| v.unwrap_or_default();
     for p in phases(report) {
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{:.1},{},{},{},{},{},{},{},{},{},{},{},{},{:.1},{},{},{},{},{},{},{:.2},{:.2}",
+            "{},{},{},{},{},{},{:.1},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.1},{},{},{},{},{},{},{:.2},{:.2}",
             p.system,
             p.phase,
             p.consumers,
@@ -380,6 +382,8 @@ fn phases_csv(report: &BenchReport) -> String {
             csv(p.added_p99_ms.map(|v| v.to_string())),
             csv(p.arrival_p50_ms.map(|v| v.to_string())),
             csv(p.arrival_p99_ms.map(|v| v.to_string())),
+            csv(p.after_arrival_p50_ms.map(|v| v.to_string())),
+            csv(p.after_arrival_p99_ms.map(|v| v.to_string())),
             csv(p.call_mean_ms.map(|v| format!("{v:.1}"))),
             csv(p.write_txns_per_msg.map(|v| format!("{v:.4}"))),
             csv(p.transitions_per_msg.map(|v| format!("{v:.3}"))),

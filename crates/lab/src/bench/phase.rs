@@ -99,6 +99,10 @@ pub struct PhaseResult {
     /// could act (the producer's linger, the broker, the fetch wait).
     pub arrival_p50_ms: Option<i64>,
     pub arrival_p99_ms: Option<i64>,
+    /// Per message, the added latency minus its arrival: what the consumer itself added, from
+    /// having the message to finishing it, beyond its calls.
+    pub after_arrival_p50_ms: Option<i64>,
+    pub after_arrival_p99_ms: Option<i64>,
     /// Mean time in downstream calls per message.
     pub call_mean_ms: Option<f64>,
     /// Counted by the consumers' stores (or the baseline's own counter), per finished message.
@@ -181,16 +185,7 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
     let mut latencies = Latencies::default();
     for timing in &outcome.timings {
         if let Some(produced) = produced_at.get(&timing.biz_id) {
-            let e2e = timing.done_at_ms - produced;
-            latencies.push(
-                timing.done_at_ms,
-                e2e,
-                i64::try_from(timing.call_ms).unwrap_or(i64::MAX),
-                started_ms(started),
-            );
-            if let Some(received_at_ms) = timing.received_at_ms {
-                latencies.arrival.push(received_at_ms - produced);
-            }
+            latencies.push(timing, *produced, started_ms(started));
         }
     }
     let finished = latencies.e2e.len();
@@ -200,7 +195,7 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
     let per_msg = |count: u64| (finished > 0).then(|| count as f64 / all as f64);
     let series = latencies.series(&samples);
     let (e2e, added) = (latencies.sorted_e2e(), latencies.sorted_added());
-    let arrival = sorted(latencies.arrival.clone());
+    let (arrival, after_arrival) = (sorted(latencies.arrival.clone()), sorted(latencies.after_arrival.clone()));
     let result = PhaseResult {
         system: kind.name().to_owned(),
         phase: load.name().to_owned(),
@@ -218,6 +213,8 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
         added_p99_ms: percentile(&added, 0.99),
         arrival_p50_ms: percentile(&arrival, 0.50),
         arrival_p99_ms: percentile(&arrival, 0.99),
+        after_arrival_p50_ms: percentile(&after_arrival, 0.50),
+        after_arrival_p99_ms: percentile(&after_arrival, 0.99),
         call_mean_ms: (finished > 0).then(|| latencies.call_ms_sum as f64 / finished as f64),
         write_txns_per_msg: stopped.write_txns.and_then(per_msg),
         transitions_per_msg: stopped.transitions.and_then(per_msg),
@@ -241,12 +238,13 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
         series,
     };
     println!(
-        "{name}: {:.0} msg/s, p50 {:?} ms, p99 {:?} ms, added p99 {:?} ms (arrival p99 {:?} ms), write txns/msg {:?}, rss {:.0} MiB, duplicates {}, violations {}",
+        "{name}: {:.0} msg/s, p50 {:?} ms, p99 {:?} ms, added p99 {:?} ms (arrival p99 {:?} ms, after arrival p99 {:?} ms), write txns/msg {:?}, rss {:.0} MiB, duplicates {}, violations {}",
         result.msgs_per_s,
         result.p50_ms,
         result.p99_ms,
         result.added_p99_ms,
         result.arrival_p99_ms,
+        result.after_arrival_p99_ms,
         result.write_txns_per_msg.map(|v| (v * 100.0).round() / 100.0),
         result.rss_mib,
         result.duplicates,
@@ -699,16 +697,25 @@ struct Latencies {
     /// (seconds after loading started when it finished, end to end ms)
     e2e: Vec<(f64, i64)>,
     added: Vec<i64>,
-    /// Produce call to arrival at the consumer, where known.
+    /// Produce call to arrival at the consumer, where known...
     arrival: Vec<i64>,
+    /// ...and the added latency after it, of the same messages.
+    after_arrival: Vec<i64>,
     call_ms_sum: i64,
 }
 
 impl Latencies {
-    fn push(&mut self, done_at_ms: i64, e2e_ms: i64, call_ms: i64, started_ms: i64) {
-        self.e2e.push(((done_at_ms - started_ms) as f64 / 1_000.0, e2e_ms));
+    /// One finished message produced at `produced_ms`; `started_ms` is when loading began.
+    fn push(&mut self, timing: &crate::timings::Timing, produced_ms: i64, started_ms: i64) {
+        let call_ms = i64::try_from(timing.call_ms).unwrap_or(i64::MAX);
+        let e2e_ms = timing.done_at_ms - produced_ms;
+        self.e2e.push(((timing.done_at_ms - started_ms) as f64 / 1_000.0, e2e_ms));
         self.added.push(e2e_ms - call_ms);
         self.call_ms_sum += call_ms;
+        if let Some(received_at_ms) = timing.received_at_ms {
+            self.arrival.push(received_at_ms - produced_ms);
+            self.after_arrival.push(timing.done_at_ms - received_at_ms - call_ms);
+        }
     }
 
     fn sorted_e2e(&self) -> Vec<i64> {
@@ -762,4 +769,27 @@ fn load_average() -> f64 {
         .ok()
         .and_then(|text| text.split_whitespace().next().and_then(|v| v.parse().ok()))
         .unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::timings::Timing;
+
+    fn timing(received_at_ms: Option<i64>, done_at_ms: i64, call_ms: u64) -> Timing {
+        Timing { biz_id: "order-1:created".to_owned(), received_at_ms, done_at_ms, call_ms }
+    }
+
+    #[test]
+    fn added_latency_splits_at_arrival() {
+        let mut latencies = Latencies::default();
+        // Produced at 1,000, taken at 1,012, done at 1,230 after 200 ms of calls.
+        latencies.push(&timing(Some(1_012), 1_230, 200), 1_000, 0);
+        // A message whose arrival is unknown counts in the added latency only.
+        latencies.push(&timing(None, 1_250, 200), 1_000, 0);
+        assert_eq!(latencies.sorted_e2e(), vec![230, 250]);
+        assert_eq!(latencies.sorted_added(), vec![30, 50]);
+        assert_eq!(latencies.arrival, vec![12]);
+        assert_eq!(latencies.after_arrival, vec![18]);
+    }
 }
