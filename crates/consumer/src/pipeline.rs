@@ -590,31 +590,28 @@ async fn release(store: &Store, sagas: Vec<Saga>) {
 mod tests {
     use super::*;
 
-    fn arrived(order_no: &str, offset: i64, payload: Option<&str>) -> Saga {
-        let body = format!(
-            r#"{{"order_no":"{order_no}","event_type":"PAID","lines":[{{"sku":"SKU-0001","quantity":1}}],"address":{{"region":"CN-SH"}}}}"#
-        );
-        let message = Incoming {
+    /// A message of partition 0 of "orders".
+    fn message(offset: i64, payload: &str) -> Incoming {
+        Incoming {
             topic: "orders".into(),
             partition: 0,
             offset,
             key: None,
-            payload: payload.unwrap_or(&body).as_bytes().to_vec(),
+            payload: payload.as_bytes().to_vec(),
             traceparent: None,
-        };
-        inbox::arrive(&message, 1_000, 60_000).saga
+        }
+    }
+
+    fn arrived(order_no: &str, offset: i64, payload: Option<&str>) -> Saga {
+        let body = format!(
+            r#"{{"order_no":"{order_no}","event_type":"PAID","lines":[{{"sku":"SKU-0001","quantity":1}}],"address":{{"region":"CN-SH"}}}}"#
+        );
+        inbox::arrive(&message(offset, payload.unwrap_or(&body)), 1_000, 60_000).saga
     }
 
     #[test]
     fn a_batch_rides_out_nine_seconds_then_gives_up() {
-        let batch = [Incoming {
-            topic: "orders".into(),
-            partition: 0,
-            offset: 7,
-            key: None,
-            payload: b"{}".to_vec(),
-            traceparent: None,
-        }];
+        let batch = [message(7, "{}")];
         let waits: Vec<Duration> = (1..BATCH_ATTEMPTS_MAX)
             .map(|attempt| retry_after(&batch, attempt, Error::Write("down".into())).expect("retried"))
             .collect();

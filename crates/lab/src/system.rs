@@ -429,16 +429,12 @@ impl System {
     /// Drops the database this system created on the MySQL server (after [`System::shutdown`];
     /// nothing to do on SQLite, whose files stay in the run directory).
     pub async fn drop_server_database(&mut self) -> anyhow::Result<()> {
-        use sea_orm::ConnectionTrait;
         let (Some(name), Some(server)) = (self.server_database.take(), self.spec.mysql_url.as_ref()) else {
             return Ok(());
         };
-        let db =
-            sea_orm::Database::connect(server.as_str()).await.with_context(|| format!("cannot connect to {server}"))?;
-        let dropped = db.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}")).await;
-        db.close().await.ok();
-        dropped.with_context(|| format!("cannot drop the database {name}"))?;
-        Ok(())
+        on_server(server, &[format!("DROP DATABASE IF EXISTS {name}")])
+            .await
+            .with_context(|| format!("cannot drop the database {name}"))
     }
 }
 
@@ -469,14 +465,24 @@ async fn database_url(spec: &SystemSpec, dir: &Path) -> anyhow::Result<(String, 
     let Some(server) = spec.mysql_url.as_ref().filter(|url| !url.is_empty()) else {
         return Ok((format!("sqlite://{}?mode=rwc", dir.join("saga.db").display()), None));
     };
-    use sea_orm::ConnectionTrait;
     let name = format!("midflight_{}_{}", spec.name.replace('-', "_"), std::process::id());
-    let db =
-        sea_orm::Database::connect(server.as_str()).await.with_context(|| format!("cannot connect to {server}"))?;
-    db.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}")).await?;
-    db.execute_unprepared(&format!("CREATE DATABASE {name}")).await?;
-    db.close().await.ok();
+    on_server(server, &[format!("DROP DATABASE IF EXISTS {name}"), format!("CREATE DATABASE {name}")]).await?;
     Ok((midflight_config::with_database_name(server, &name), Some(name)))
+}
+
+/// Runs `statements` in order on a connection of their own to the MySQL server at `server`.
+async fn on_server(server: &str, statements: &[String]) -> anyhow::Result<()> {
+    use sea_orm::ConnectionTrait;
+    let db = sea_orm::Database::connect(server).await.with_context(|| format!("cannot connect to {server}"))?;
+    let mut result = Ok(());
+    for statement in statements {
+        result = db.execute_unprepared(statement).await.map(drop);
+        if result.is_err() {
+            break;
+        }
+    }
+    db.close().await.ok();
+    Ok(result?)
 }
 
 /// Starts the proxy when the spec asks for one: services get a URL through it.
