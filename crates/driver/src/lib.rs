@@ -224,26 +224,8 @@ impl<D: Downstream> Driver<D> {
             match plan(&held.saga, &observation, now_ms, &self.rules) {
                 Plan::Finished => return Ok(Outcome::Finished(held.saga.status)),
                 Plan::Write { change, then } => {
-                    let step = telemetry::StepTrace::start(&held.saga, &change);
-                    let sent = Instant::now();
-                    let before = held.saga.status;
-                    let call_ms = held.call_ms.take();
-                    match self
-                        .store
-                        .write_timed(&held.saga, &change, now_ms, self.settings.lease_ms, &self.actor, call_ms)
-                        .await?
-                    {
-                        Cas::Conflict => {
-                            step.conflict(&self.actor);
-                            tracing::info!(biz_id = %held.saga.biz_id, status = %before, "lost the saga to another owner; stopping");
-                            return Ok(Outcome::Lost);
-                        }
-                        Cas::Applied(next) => {
-                            step.applied(&held.saga, &change);
-                            log_write(&held.saga, &next, &change.reason);
-                            held.saga = next;
-                            held.lease_valid_until = sent + self.settings.lease();
-                        }
+                    if !self.write(held, &change, now_ms).await? {
+                        return Ok(Outcome::Lost);
                     }
                     calls_without_write = 0;
                     if change.release_lease {
@@ -282,17 +264,28 @@ impl<D: Downstream> Driver<D> {
             ..Change::default()
         };
         let now_ms = self.store.now_ms().await?;
+        self.write(held, &change, now_ms).await
+    }
+
+    /// Writes `change` to the held row at `now_ms` (with the time of the call it records, if
+    /// any), traced as a step; on success the row and its lease move on. `false` when the row
+    /// was no longer ours: someone else owns the saga now, and the drive must stop.
+    async fn write(&self, held: &mut Held, change: &Change, now_ms: i64) -> Result<bool, midflight_store::Error> {
+        let step = telemetry::StepTrace::start(&held.saga, change);
         let sent = Instant::now();
-        match self.store.write(&held.saga, &change, now_ms, self.settings.lease_ms, &self.actor).await? {
+        let call_ms = held.call_ms.take();
+        match self.store.write_timed(&held.saga, change, now_ms, self.settings.lease_ms, &self.actor, call_ms).await? {
+            Cas::Conflict => {
+                step.conflict(&self.actor);
+                tracing::info!(biz_id = %held.saga.biz_id, status = %held.saga.status, "lost the saga to another owner; stopping");
+                Ok(false)
+            }
             Cas::Applied(next) => {
+                step.applied(&held.saga, change);
+                log_write(&held.saga, &next, &change.reason);
                 held.saga = next;
                 held.lease_valid_until = sent + self.settings.lease();
                 Ok(true)
-            }
-            Cas::Conflict => {
-                telemetry::conflict(&self.actor, "write");
-                tracing::info!(biz_id = %held.saga.biz_id, "lost the saga to another owner before its first call; stopping");
-                Ok(false)
             }
         }
     }

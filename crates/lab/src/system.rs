@@ -471,7 +471,7 @@ async fn database_url(spec: &SystemSpec, dir: &Path) -> anyhow::Result<(String, 
 }
 
 /// Runs `statements` in order on a connection of their own to the MySQL server at `server`.
-async fn on_server(server: &str, statements: &[String]) -> anyhow::Result<()> {
+pub(crate) async fn on_server(server: &str, statements: &[String]) -> anyhow::Result<()> {
     use sea_orm::ConnectionTrait;
     let db = sea_orm::Database::connect(server).await.with_context(|| format!("cannot connect to {server}"))?;
     let mut result = Ok(());

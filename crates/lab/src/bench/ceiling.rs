@@ -60,6 +60,19 @@ pub async fn measure(mysql_url: Option<&str>, dir: &Path, connections: u32, seco
         .map_sqlx_sqlite_opts(|sqlite| {
             sqlite.journal_mode(sea_orm::sqlx::sqlite::SqliteJournalMode::Wal).busy_timeout(Duration::from_secs(10))
         });
+    let measured = run(options, connections, seconds).await;
+    if let Some(server) = mysql_url {
+        // Dropped whether or not the run succeeded, so a failed run leaves no database behind.
+        let name = format!("midflight_ceiling_{}", std::process::id());
+        crate::system::on_server(server, &[format!("DROP DATABASE IF EXISTS {name}")]).await.ok();
+    }
+    let (commits, elapsed) = measured?;
+    Ok(Ceiling { connections, seconds: elapsed, commits, commits_per_s: commits as f64 / elapsed, durability })
+}
+
+/// `connections` workers updating their own rows until `seconds` have passed: commits and
+/// the seconds they took.
+async fn run(options: ConnectOptions, connections: u32, seconds: u64) -> anyhow::Result<(u64, f64)> {
     let db = Database::connect(options).await.context("ceiling: cannot connect")?;
     db.execute_unprepared("CREATE TABLE ceiling_probe (id INT NOT NULL PRIMARY KEY, n BIGINT NOT NULL)").await?;
     for id in 0..connections {
@@ -75,14 +88,7 @@ pub async fn measure(mysql_url: Option<&str>, dir: &Path, connections: u32, seco
     }
     let elapsed = started.elapsed().as_secs_f64();
     db.close().await.ok();
-    if let Some(server) = mysql_url {
-        let admin = Database::connect(server).await?;
-        let name = format!("midflight_ceiling_{}", std::process::id());
-        admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}")).await.ok();
-        admin.close().await.ok();
-    }
-    let commits = commits.load(Ordering::Relaxed);
-    Ok(Ceiling { connections, seconds: elapsed, commits, commits_per_s: commits as f64 / elapsed, durability })
+    Ok((commits.load(Ordering::Relaxed), elapsed))
 }
 
 async fn worker(db: DatabaseConnection, id: u32, until: Instant, commits: Arc<AtomicU64>) -> anyhow::Result<()> {
