@@ -85,6 +85,8 @@ pub const GROUP_COMMIT_MAX: usize = 500;
 /// Most group transactions in flight; the store also leaves at least one pooled connection to
 /// everything else (inbox, leases, relay), whatever this says.
 pub const GROUP_COMMIT_CONCURRENCY_MAX: usize = 64;
+/// Longest a group may wait for more transitions: every transition of it waits as long.
+pub const GROUP_COMMIT_LINGER_MS_MAX: u64 = 100;
 
 /// The saga database (MySQL 8 / MariaDB, or SQLite).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -109,6 +111,11 @@ pub struct DatabaseSection {
     /// Group transactions in flight at once, each on one pooled connection. Four overlap the
     /// next groups' statements with a commit's flush; SQLite (one writer at a time) uses one.
     pub group_commit_concurrency: usize,
+    /// How long a group, once its first transition is queued, waits for more to join before
+    /// it is written (the wait for a free transaction slot counts toward it). 0: a group is
+    /// what queued while the previous groups committed, which at a moderate rate is a single
+    /// transition paying a whole transaction's round trips.
+    pub group_commit_linger_ms: u64,
 }
 
 impl Default for DatabaseSection {
@@ -120,6 +127,7 @@ impl Default for DatabaseSection {
             connect_timeout_ms: 5_000,
             group_commit_max: 256,
             group_commit_concurrency: 4,
+            group_commit_linger_ms: 0,
         }
     }
 }
@@ -141,6 +149,9 @@ impl DatabaseSection {
         }
         if !(1..=GROUP_COMMIT_CONCURRENCY_MAX).contains(&self.group_commit_concurrency) {
             problems.push(format!("{at}.group_commit_concurrency must be in 1..={GROUP_COMMIT_CONCURRENCY_MAX}"));
+        }
+        if self.group_commit_linger_ms > GROUP_COMMIT_LINGER_MS_MAX {
+            problems.push(format!("{at}.group_commit_linger_ms must be at most {GROUP_COMMIT_LINGER_MS_MAX}"));
         }
         problems
     }

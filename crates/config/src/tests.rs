@@ -70,6 +70,9 @@ fn validation_reports_every_problem() {
     let text = err.to_string();
     assert!(text.contains("kafka.group_id must not be empty"), "{text}");
     assert!(text.contains("database.url") && !text.contains("secret"), "password must be redacted: {text}");
+    let err = load::<Demo>(&sources(&[], &["database.group_commit_linger_ms=101"])).expect_err("too long");
+    assert!(err.to_string().contains("database.group_commit_linger_ms must be at most 100"), "{err}");
+    load::<Demo>(&sources(&[], &["database.group_commit_linger_ms=100"])).expect("the bound itself is allowed");
 }
 
 #[test]

@@ -121,7 +121,12 @@ impl Store {
                 DbBackend::Sqlite => 1,
                 _ => section.group_commit_concurrency.min(section.max_connections.saturating_sub(1) as usize).max(1),
             };
-            let group = group::GroupCommit::start(store.clone(), section.group_commit_max, concurrency);
+            let group = group::GroupCommit::start(
+                store.clone(),
+                section.group_commit_max,
+                concurrency,
+                Duration::from_millis(section.group_commit_linger_ms),
+            );
             store.group = Some(std::sync::Arc::new(group));
         }
         Ok(store)

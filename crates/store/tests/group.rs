@@ -151,6 +151,36 @@ async fn each_saga_gets_its_own_rows(db: &TestDb) {
 }
 both_engines!(group_each_saga_gets_its_own_rows, each_saga_gets_its_own_rows);
 
+async fn linger_holds_a_group_open(db: &TestDb) {
+    let linger = std::time::Duration::from_millis(100);
+    let section = midflight_config::DatabaseSection {
+        url: db.url.clone(),
+        max_connections: 8,
+        group_commit_linger_ms: linger.as_millis() as u64,
+        ..midflight_config::DatabaseSection::default()
+    };
+    let store = Store::connect(&section).await.expect("connect");
+    let sagas = arrivals(&store, "L").await;
+    let before = store.stats();
+    let started = std::time::Instant::now();
+    assert!(first_write(&store, &sagas[0]).await.expect("write").is_applied());
+    assert!(started.elapsed() >= linger, "a write alone waited out the linger: {:?}", started.elapsed());
+    assert_eq!(store.stats().batches - before.batches, 1, "in one group transaction");
+    // Sagas written side by side with a linger still each get their own rows.
+    let done = futures::future::join_all(
+        sagas.iter().skip(1).cloned().map(|saga| drive_to_done(&store, saga, "consumer:c1", LEASE_MS)),
+    )
+    .await;
+    for saga in &done {
+        let versions: Vec<u64> =
+            store.transitions(&saga.biz_id).await.expect("log").iter().map(|t| t.version).collect();
+        assert_eq!(versions, (0..=6).collect::<Vec<u64>>(), "{}: one log row per version", saga.biz_id);
+    }
+    let after = store.stats();
+    assert_eq!(after.transitions - before.transitions, 1 + 3 * (SAGAS as u64 - 1));
+}
+both_engines!(group_linger_holds_a_group_open, linger_holds_a_group_open);
+
 async fn failed_group_fails_every_member(db: &TestDb) {
     let store = &db.store;
     let sagas = arrivals(store, "F").await;
