@@ -111,10 +111,11 @@ pub struct DatabaseSection {
     /// Group transactions in flight at once, each on one pooled connection. Four overlap the
     /// next groups' statements with a commit's flush; SQLite (one writer at a time) uses one.
     pub group_commit_concurrency: usize,
-    /// How long a group, once its first transition is queued, waits for more to join before
-    /// it is written (the wait for a free transaction slot counts toward it). 0: a group is
-    /// what queued while the previous groups committed, which at a moderate rate is a single
-    /// transition paying a whole transaction's round trips.
+    /// How long a group, from the moment its first transition is taken from the queue, waits
+    /// for more to join before it is written (its wait for a free transaction slot counts
+    /// toward it). 0: a group is what queued while the previous groups committed, which at a
+    /// moderate rate is a single transition paying a whole transaction's round trips alone.
+    /// Every transition of a group may wait this long, so it adds up to this much per step.
     pub group_commit_linger_ms: u64,
 }
 
