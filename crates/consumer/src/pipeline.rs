@@ -130,10 +130,21 @@ struct Writer {
     owner: String,
     actor: String,
     lease_ms: i64,
-    /// The first steps the inbox may write, by biz_id (`midflight_driver::opening`)...
-    openings: HashMap<String, Change>,
-    /// ...and the call each records the intent of.
-    calls: HashMap<String, Call>,
+    /// The first steps the inbox may write, by biz_id (`midflight_driver::opening`).
+    openings: HashMap<String, Opening>,
+}
+
+/// A first step the inbox may write, and the call it records the intent of.
+#[derive(Debug, Clone, PartialEq)]
+struct Opening {
+    change: Change,
+    call: Call,
+}
+
+impl AsRef<Change> for Opening {
+    fn as_ref(&self) -> &Change {
+        &self.change
+    }
 }
 
 impl<D: Downstream> Pipeline<D> {
@@ -234,10 +245,10 @@ impl<D: Downstream> Pipeline<D> {
         let rows: Vec<(String, String)> = sagas.iter().map(|s| (s.biz_id.clone(), s.order_no.clone())).collect();
         let overlapping: HashSet<String> =
             rows.iter().filter(|(_, order)| pending_orders.contains(order.as_str())).map(|(_, o)| o.clone()).collect();
-        let (openings, calls) = if self.settings.open_in_inbox {
+        let openings = if self.settings.open_in_inbox {
             openings(&sagas, &overlapping, now_ms, self.scheduler.driver().rules())
         } else {
-            (HashMap::new(), HashMap::new())
+            HashMap::new()
         };
         let writer = Writer {
             store: self.store.clone(),
@@ -247,7 +258,6 @@ impl<D: Downstream> Pipeline<D> {
             actor: self.actor.clone(),
             lease_ms: self.lease_ms,
             openings,
-            calls,
         };
         let next = inbox::next_offsets(&batch);
         let messages = batch.len();
@@ -484,10 +494,10 @@ impl Writer {
         let elapsed = leased_at.elapsed();
         let mut calls = HashMap::with_capacity(opened.len());
         for saga in sagas.iter().filter(|saga| opened.contains(&saga.biz_id)) {
-            if let (Some(change), Some(call)) = (self.openings.get(&saga.biz_id), self.calls.get(&saga.biz_id))
-                && calls.insert(saga.biz_id.clone(), *call).is_none()
+            if let Some(opening) = self.openings.get(&saga.biz_id)
+                && calls.insert(saga.biz_id.clone(), opening.call).is_none()
             {
-                midflight_driver::telemetry::opened(saga, change, elapsed);
+                midflight_driver::telemetry::opened(saga, &opening.change, elapsed);
             }
         }
         let opened = calls;
@@ -499,20 +509,14 @@ impl Writer {
 /// biz_id, and the call each records the intent of. None for a saga whose order is in
 /// `overlapping` (it also has rows in a batch being written beside this one, which this
 /// batch's transaction cannot see when it asks about earlier sagas of the order).
-fn openings(
-    sagas: &[Saga],
-    overlapping: &HashSet<String>,
-    now_ms: i64,
-    rules: &Rules,
-) -> (HashMap<String, Change>, HashMap<String, Call>) {
-    let (mut openings, mut calls) = (HashMap::new(), HashMap::new());
+fn openings(sagas: &[Saga], overlapping: &HashSet<String>, now_ms: i64, rules: &Rules) -> HashMap<String, Opening> {
+    let mut openings = HashMap::new();
     for saga in sagas.iter().filter(|saga| !overlapping.contains(&saga.order_no)) {
         if let Some((change, call)) = midflight_driver::opening(saga, now_ms, rules) {
-            openings.insert(saga.biz_id.clone(), change);
-            calls.insert(saga.biz_id.clone(), call);
+            openings.insert(saga.biz_id.clone(), Opening { change, call });
         }
     }
-    (openings, calls)
+    openings
 }
 
 /// `attempt` until it succeeds, with bounded retries and a doubling backoff ([`retry_after`]);
@@ -625,11 +629,12 @@ mod tests {
     fn sagas_of_orders_written_beside_are_not_opened() {
         let sagas = [arrived("A", 1, None), arrived("B", 2, None), arrived("C", 3, Some("{not json"))];
         let overlapping = HashSet::from(["A".to_owned()]);
-        let (openings, calls) = openings(&sagas, &overlapping, 1_000, &Rules::default());
+        let openings = openings(&sagas, &overlapping, 1_000, &Rules::default());
         assert_eq!(openings.keys().collect::<Vec<_>>(), [&sagas[1].biz_id], "only B: A overlaps, C is parked");
-        assert_eq!(calls, HashMap::from([(sagas[1].biz_id.clone(), Call::LockStock)]));
-        assert_eq!(openings[&sagas[1].biz_id].status_after(Status::Received), Status::WmsRequested);
-        let (all, _) = super::openings(&sagas, &HashSet::new(), 1_000, &Rules::default());
+        let opening = &openings[&sagas[1].biz_id];
+        assert_eq!(opening.call, Call::LockStock);
+        assert_eq!(opening.change.status_after(Status::Received), Status::WmsRequested);
+        let all = super::openings(&sagas, &HashSet::new(), 1_000, &Rules::default());
         assert_eq!(all.len(), 2, "nothing beside: A and B");
     }
 }

@@ -111,6 +111,13 @@ pub struct Change {
     pub release_lease: bool,
 }
 
+/// So a map of first steps may carry more beside each change (`Store::receive` takes any).
+impl AsRef<Change> for Change {
+    fn as_ref(&self) -> &Change {
+        self
+    }
+}
+
 impl Change {
     pub fn to(path: &[Status], reason: impl Into<String>) -> Change {
         Change { path: path.to_vec(), reason: reason.into(), ..Change::default() }

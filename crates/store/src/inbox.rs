@@ -130,14 +130,14 @@ impl Store {
     ///
     /// Called again with the same arguments after a commit whose answer was lost, it finds the
     /// rows that commit opened and reports them opened again (and writes nothing more for them).
-    pub async fn receive(
+    pub async fn receive<O: AsRef<Change>>(
         &self,
         sagas: &[Saga],
         owner: &str,
         lease_ms: i64,
         actor: &str,
         now_ms: i64,
-        openings: &HashMap<String, Change>,
+        openings: &HashMap<String, O>,
     ) -> Result<Received, Error> {
         if sagas.is_empty() {
             return Ok(Received { arrivals: Vec::new(), maybe_blocked: HashSet::new(), opened: HashSet::new() });
@@ -146,14 +146,14 @@ impl Store {
         self.retry_rolled_back(|| self.try_receive(sagas, owner, lease_ms, actor, now_ms, openings)).await
     }
 
-    async fn try_receive(
+    async fn try_receive<O: AsRef<Change>>(
         &self,
         sagas: &[Saga],
         owner: &str,
         lease_ms: i64,
         actor: &str,
         now_ms: i64,
-        openings: &HashMap<String, Change>,
+        openings: &HashMap<String, O>,
     ) -> Result<Received, Error> {
         let txn = self.begin_arrivals(sagas, owner, lease_ms, actor).await?;
         let mut arrivals = self.classify(&txn, sagas, owner).await?;
@@ -168,7 +168,7 @@ impl Store {
         let maybe_blocked = self.maybe_blocked_on(&txn, &fresh).await?;
         let mut members = Vec::new();
         for saga in fresh {
-            let Some(change) = openings.get(&saga.biz_id) else { continue };
+            let Some(change) = openings.get(&saga.biz_id).map(AsRef::as_ref) else { continue };
             if maybe_blocked.contains(&saga.biz_id) {
                 continue;
             }
@@ -218,18 +218,18 @@ impl Store {
     /// stands exactly as its opening left it at `now_ms`, the reading this call was given.
     /// They are marked fresh again, so the caller drives them instead of leaving its own rows
     /// until their leases expire; their biz_ids are returned.
-    fn opened_before(
+    fn opened_before<O: AsRef<Change>>(
         arrivals: &mut [Arrival],
         owner: &str,
         now_ms: i64,
-        openings: &HashMap<String, Change>,
+        openings: &HashMap<String, O>,
     ) -> HashSet<String> {
         let mut reopened = HashSet::new();
         let mut seen = HashSet::with_capacity(arrivals.len());
         for arrival in arrivals.iter_mut() {
             let first = seen.insert(arrival.saga().biz_id.clone());
             let Arrival::Existing(saga) = arrival else { continue };
-            let Some(change) = openings.get(&saga.biz_id) else { continue };
+            let Some(change) = openings.get(&saga.biz_id).map(AsRef::as_ref) else { continue };
             let as_opened = saga.lease.owner_id.as_deref() == Some(owner)
                 && saga.lease.epoch == 1
                 && saga.status == change.status_after(Status::Received)
