@@ -26,9 +26,10 @@ pub struct Ceiling {
 /// Measures on a fresh database of `mysql_url`'s server, or on a SQLite file in `dir`.
 pub async fn measure(mysql_url: Option<&str>, dir: &Path, connections: u32, seconds: u64) -> anyhow::Result<Ceiling> {
     std::fs::create_dir_all(dir)?;
+    // The database created on a MySQL server, and dropped again once measured.
+    let name = format!("midflight_ceiling_{}", std::process::id());
     let (url, durability) = match mysql_url {
         Some(server) => {
-            let name = format!("midflight_ceiling_{}", std::process::id());
             let admin = Database::connect(server).await.with_context(|| format!("cannot connect to {server}"))?;
             admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}")).await?;
             admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await?;
@@ -63,7 +64,6 @@ pub async fn measure(mysql_url: Option<&str>, dir: &Path, connections: u32, seco
     let measured = run(options, connections, seconds).await;
     if let Some(server) = mysql_url {
         // Dropped whether or not the run succeeded, so a failed run leaves no database behind.
-        let name = format!("midflight_ceiling_{}", std::process::id());
         crate::system::on_server(server, &[format!("DROP DATABASE IF EXISTS {name}")]).await.ok();
     }
     let (commits, elapsed) = measured?;
