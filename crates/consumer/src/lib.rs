@@ -145,6 +145,7 @@ pub async fn run_with<D: Downstream>(
         transitions = stats.transitions,
         write_batches = stats.batches,
         retried = stats.retried,
+        opened_on_insert = stats.opened_on_insert,
         "consumer stopped"
     );
     result

@@ -5,20 +5,23 @@
 //! [`Store::receive`] also writes, in that same transaction, the first step of each fresh row
 //! that no earlier unfinished saga of its order holds back (the business row and the WMS
 //! intent): a saga then takes three transactions instead of four, and its first call leaves
-//! as soon as the batch is durable.
+//! as soon as the batch is durable. On MySQL a batch none of whose rows is in the table yet
+//! (the usual case) inserts each such row as its first step leaves it, with no compare-and-set
+//! of the row just inserted.
 
 use std::collections::{HashMap, HashSet};
 
-use midflight_model::{Change, Saga, Status};
+use midflight_model::{Change, Lease, Saga, Status};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseTransaction, EntityTrait, QueryFilter, Statement, TransactionTrait, Value,
+    ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, EntityTrait, QueryFilter, Statement,
+    TransactionTrait, Value,
 };
 
 use crate::entity::saga;
 use crate::error::{Context, Error};
-use crate::row::{self, fit};
+use crate::row::{self, fit, signed};
 use crate::transition::Member;
-use crate::{BATCH_ROWS_MAX, Store, dialect};
+use crate::{BATCH_ROWS_MAX, Store, dialect, read};
 
 /// What became of one message of a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,8 +56,11 @@ pub struct Received {
 
 const COLUMNS: &str = "biz_id, order_no, event_type, src_topic, src_partition, src_offset, payload, status, version, \
      attempts, next_attempt_at_ms, last_error, deadline_ms, owner_id, lease_epoch, lease_until_ms, trace_context, \
-     created_at_ms, updated_at_ms";
-const COLUMN_COUNT: usize = 19;
+     created_at_ms, updated_at_ms, wms_request_id, wms_voucher, wms_locked_at_ms, logistics_request_id, \
+     logistics_voucher, tracking_no, intent_at_ms";
+/// The columns before `lease_until_ms` (set from the database clock) and after it.
+const COLUMNS_BEFORE_LEASE: usize = 15;
+const COLUMNS_AFTER_LEASE: usize = 10;
 
 impl Store {
     /// Inserts new rows (RECEIVED ones leased to `owner` for `lease_ms`, PARKED ones unleased)
@@ -94,7 +100,8 @@ impl Store {
         // inserts nothing), so the two statements keep a few shapes that stay prepared on every
         // connection (`dialect::padded` says why). Splitting the batch into power-of-two chunks
         // instead cost a round trip per chunk, which on this box took longer than the padding.
-        let (insert, log) = self.arrival_statements(&dialect::padded(sagas.iter().collect()), owner, lease_ms, actor);
+        let rows = dialect::padded(sagas.iter().map(|saga| (saga, None)).collect());
+        let (insert, log) = self.arrival_statements(&rows, owner, lease_ms, actor);
         let txn = self.db.begin().await.during("begin inbox insert", None)?;
         txn.execute_raw(insert).await.during("insert inbox rows", None)?;
         txn.execute_raw(log).await.during("insert arrival log rows", None)?;
@@ -155,6 +162,9 @@ impl Store {
         now_ms: i64,
         openings: &HashMap<String, O>,
     ) -> Result<Received, Error> {
+        if let Some(received) = self.receive_opened_on_insert(sagas, owner, lease_ms, actor, now_ms, openings).await? {
+            return Ok(received);
+        }
         let txn = self.begin_arrivals(sagas, owner, lease_ms, actor).await?;
         let mut arrivals = self.classify(&txn, sagas, owner).await?;
         let reopened = Self::opened_before(&mut arrivals, owner, now_ms, openings);
@@ -213,6 +223,118 @@ impl Store {
         Ok(Received { arrivals, maybe_blocked, opened })
     }
 
+    /// [`Store::receive`] for a batch none of whose rows is in the table yet, the usual case:
+    /// the order question is asked first, and each row to be opened is inserted as its first
+    /// change leaves it, so no compare-and-set is needed. The result is the same as the general
+    /// path's; `None` (nothing written) when this path does not apply: nothing to open, a
+    /// biz_id twice in the batch, a row already in the table, or a row that another
+    /// transaction inserted meanwhile (found on reading the rows back).
+    ///
+    /// Both questions are asked in the transaction, before the insert, so they see the same
+    /// committed rows as each other; this batch's own earlier rows are counted from the batch.
+    /// MySQL only: a SQLite transaction that reads before it writes fails at its first write
+    /// if another writer committed after its first read (WAL's busy snapshot), where one that
+    /// writes first waits its turn, so on SQLite the general path is taken.
+    async fn receive_opened_on_insert<O: AsRef<Change>>(
+        &self,
+        sagas: &[Saga],
+        owner: &str,
+        lease_ms: i64,
+        actor: &str,
+        now_ms: i64,
+        openings: &HashMap<String, O>,
+    ) -> Result<Option<Received>, Error> {
+        let fresh: Vec<&Saga> = sagas.iter().filter(|saga| saga.status == Status::Received).collect();
+        if self.backend != DbBackend::MySql || !fresh.iter().any(|saga| openings.contains_key(&saga.biz_id)) {
+            return Ok(None);
+        }
+        let mut ids = HashSet::with_capacity(sagas.len());
+        if !sagas.iter().all(|saga| ids.insert(saga.biz_id.as_str())) {
+            return Ok(None);
+        }
+        let txn = self.db.begin().await.during("begin inbox insert", None)?;
+        if self.any_stored(&txn, sagas).await? {
+            return give_up(txn).await;
+        }
+        let mut first_unfinished = self.first_unfinished_on(&txn, &fresh).await?;
+        for saga in &fresh {
+            let first = first_unfinished.entry(read::order_key(saga)).or_insert(saga.source.offset);
+            *first = (*first).min(saga.source.offset);
+        }
+        let maybe_blocked = read::held_back(&fresh, &first_unfinished);
+        let mut members = HashMap::new();
+        for saga in &fresh {
+            let Some(change) = openings.get(&saga.biz_id).map(AsRef::as_ref) else { continue };
+            if maybe_blocked.contains(&saga.biz_id) {
+                continue;
+            }
+            // The row as the general path's insert leaves it, leased to `owner`.
+            let mut before = (*saga).clone();
+            before.version = 0;
+            before.attempts = 0;
+            before.next_attempt_at_ms = 0;
+            before.lease = Lease { owner_id: Some(owner.to_owned()), epoch: 1, until_ms: now_ms + lease_ms };
+            let next = change.apply(&before, now_ms)?;
+            let member =
+                Member { before, next, change: change.clone(), lease_ms, actor: actor.to_owned(), call_ms: None };
+            members.insert(saga.biz_id.as_str(), member);
+        }
+        let rows = dialect::padded(
+            sagas.iter().map(|saga| (saga, members.get(saga.biz_id.as_str()).map(|m| &m.next))).collect(),
+        );
+        let (insert, log) = self.arrival_statements(&rows, owner, lease_ms, actor);
+        txn.execute_raw(insert).await.during("insert inbox rows", None)?;
+        let stored = self.stored(&txn, sagas).await?;
+        let mut arrivals = Vec::with_capacity(sagas.len());
+        for saga in sagas {
+            let Some(row) = stored.get(&saga.biz_id) else { return give_up(txn).await };
+            let as_inserted = match members.get(saga.biz_id.as_str()) {
+                Some(member) => {
+                    row.lease.owner_id.as_deref() == Some(owner)
+                        && row.lease.epoch == 1
+                        && row.version == member.next.version
+                        && row.status == member.next.status
+                }
+                None if saga.status == Status::Received => fresh_row(row, owner),
+                None => row.status == Status::Parked && row.version == 0,
+            };
+            if !as_inserted {
+                return give_up(txn).await;
+            }
+            arrivals.push(match members.get(saga.biz_id.as_str()) {
+                Some(member) => Arrival::Fresh(member.clone().into_written()),
+                None if saga.status == Status::Received => Arrival::Fresh(row.clone()),
+                None => Arrival::Existing(row.clone()),
+            });
+        }
+        txn.execute_raw(log).await.during("insert arrival log rows", None)?;
+        // Key order, as every group takes its rows (`group.rs`).
+        let mut members: Vec<Member> = members.into_values().collect();
+        members.sort_by(|a, b| a.before.biz_id.cmp(&b.before.biz_id));
+        self.write_applied(&txn, &members, &vec![true; members.len()]).await?;
+        txn.commit().await.during("commit inbox insert", None)?;
+        self.stats.write_committed();
+        self.stats.transitions_written(members.len() as u64);
+        self.stats.opened_on_insert(members.len() as u64);
+        let opened = members.into_iter().map(|m| m.before.biz_id).collect();
+        Ok(Some(Received { arrivals, maybe_blocked, opened }))
+    }
+
+    /// Whether any of `sagas`' rows is in the table as `conn` sees it (primary key only).
+    async fn any_stored<C: ConnectionTrait>(&self, conn: &C, sagas: &[Saga]) -> Result<bool, Error> {
+        let ids = dialect::padded(sagas.iter().map(|s| Value::from(s.biz_id.clone())).collect());
+        let sql = format!(
+            "SELECT biz_id FROM {} WHERE biz_id IN ({})",
+            dialect::by_primary_key(self.backend, "saga"),
+            dialect::placeholders(ids.len())
+        );
+        let rows = conn
+            .query_all_raw(Statement::from_sql_and_values(self.backend, sql, ids))
+            .await
+            .during("look for a batch's rows", None)?;
+        Ok(!rows.is_empty())
+    }
+
     /// Rows an earlier try of this same call opened and committed, though the caller saw the
     /// try fail (a commit whose answer was lost): each is leased to `owner` at epoch 1 and
     /// stands exactly as its opening left it at `now_ms`, the reading this call was given.
@@ -243,17 +365,35 @@ impl Store {
         reopened
     }
 
-    /// The INSERT of `sagas`' rows and the INSERT of their arrival log rows.
-    fn arrival_statements(&self, sagas: &[&Saga], owner: &str, lease_ms: i64, actor: &str) -> (Statement, Statement) {
+    /// The INSERT of `rows` and the INSERT of their arrival log rows. Each row is an arrival
+    /// and, when it is opened on insert, the row its first change leaves: that row is inserted
+    /// instead, while its arrival log row still records the arrival.
+    fn arrival_statements(
+        &self,
+        rows: &[(&Saga, Option<&Saga>)],
+        owner: &str,
+        lease_ms: i64,
+        actor: &str,
+    ) -> (Statement, Statement) {
         let now = dialect::now_ms(self.backend);
-        let mut rows = Vec::with_capacity(sagas.len());
-        let mut values: Vec<Value> = Vec::with_capacity(sagas.len() * COLUMN_COUNT);
-        let mut log_rows = Vec::with_capacity(sagas.len());
-        let mut log_values: Vec<Value> = Vec::with_capacity(sagas.len() * 6);
-        for saga in sagas {
+        let mut templates = Vec::with_capacity(rows.len());
+        let mut values: Vec<Value> = Vec::with_capacity(rows.len() * (COLUMNS_BEFORE_LEASE + 1 + COLUMNS_AFTER_LEASE));
+        let mut log_rows = Vec::with_capacity(rows.len());
+        let mut log_values: Vec<Value> = Vec::with_capacity(rows.len() * 6);
+        for &(saga, opened) in rows {
             let leased = saga.status == Status::Received;
             let lease = if leased { format!("{now} + ?") } else { "0".to_owned() };
-            rows.push(format!("({}, {lease}, ?, ?, ?)", dialect::placeholders(COLUMN_COUNT - 4)));
+            templates.push(format!(
+                "({}, {lease}, {})",
+                dialect::placeholders(COLUMNS_BEFORE_LEASE),
+                dialect::placeholders(COLUMNS_AFTER_LEASE)
+            ));
+            // An arrival is version 0 with no attempts; an opened row is as its change left it.
+            let row = opened.unwrap_or(saga);
+            let (version, attempts) = match opened {
+                Some(next) => (signed(next.version), i32::try_from(next.attempts).unwrap_or(i32::MAX)),
+                None => (0, 0),
+            };
             values.extend([
                 saga.biz_id.clone().into(),
                 saga.order_no.clone().into(),
@@ -262,11 +402,11 @@ impl Store {
                 saga.source.partition.into(),
                 saga.source.offset.into(),
                 saga.payload.clone().into(),
-                saga.status.as_str().into(),
-                0_i64.into(),
-                0_i32.into(),
-                0_i64.into(),
-                saga.last_error.as_deref().map(|e| fit(e, 1024)).into(),
+                row.status.as_str().into(),
+                version.into(),
+                attempts.into(),
+                opened.map_or(0, |next| next.next_attempt_at_ms).into(),
+                row.last_error.as_deref().map(|e| fit(e, 1024)).into(),
                 saga.deadline_ms.into(),
                 leased.then(|| owner.to_owned()).into(),
                 i64::from(leased).into(),
@@ -274,7 +414,18 @@ impl Store {
             if leased {
                 values.push(lease_ms.into());
             }
-            values.extend([saga.trace_context.clone().into(), saga.created_at_ms.into(), saga.updated_at_ms.into()]);
+            values.extend([
+                saga.trace_context.clone().into(),
+                saga.created_at_ms.into(),
+                row.updated_at_ms.into(),
+                opened.and_then(|next| next.wms_request_id.clone()).into(),
+                opened.and_then(|next| next.wms_voucher.clone()).into(),
+                opened.and_then(|next| next.wms_locked_at_ms).into(),
+                opened.and_then(|next| next.logistics_request_id.clone()).into(),
+                opened.and_then(|next| next.logistics_voucher.clone()).into(),
+                opened.and_then(|next| next.tracking_no.clone()).into(),
+                opened.and_then(|next| next.intent_at_ms).into(),
+            ]);
             log_rows.push(format!("(?, 0, NULL, ?, ?, ?, ?, {now})"));
             let reason = if leased { "received" } else { "parked: poison input" };
             log_values.extend([
@@ -287,7 +438,7 @@ impl Store {
         }
         let insert = format!(
             "INSERT INTO saga ({COLUMNS}) VALUES {}{}",
-            rows.join(", "),
+            templates.join(", "),
             dialect::on_conflict_do_nothing(self.backend, "biz_id")
         );
         let log = format!(
@@ -303,6 +454,27 @@ impl Store {
 
     /// Reads `sagas`' rows back on `conn` and tells which are fresh (ours to drive).
     async fn classify<C: ConnectionTrait>(&self, conn: &C, sagas: &[Saga], owner: &str) -> Result<Vec<Arrival>, Error> {
+        let by_id = self.stored(conn, sagas).await?;
+        let mut out = Vec::with_capacity(sagas.len());
+        let mut seen = HashSet::with_capacity(sagas.len());
+        for wanted in sagas {
+            let stored = by_id.get(&wanted.biz_id).cloned().ok_or_else(|| Error::Corrupt {
+                biz_id: wanted.biz_id.clone(),
+                message: "inserted row not found right after the insert".to_owned(),
+            })?;
+            // The same biz_id twice in one batch: only the first can be fresh.
+            let first = seen.insert(wanted.biz_id.clone());
+            out.push(if first && fresh_row(&stored, owner) {
+                Arrival::Fresh(stored)
+            } else {
+                Arrival::Existing(stored)
+            });
+        }
+        Ok(out)
+    }
+
+    /// `sagas`' rows as `conn` sees them, by biz_id (those it finds).
+    async fn stored<C: ConnectionTrait>(&self, conn: &C, sagas: &[Saga]) -> Result<HashMap<String, Saga>, Error> {
         let ids = dialect::padded(sagas.iter().map(|s| s.biz_id.clone()).collect());
         let stored = saga::Entity::find()
             .filter(saga::Column::BizId.is_in(ids))
@@ -313,20 +485,19 @@ impl Store {
         for model in stored {
             by_id.insert(model.biz_id.clone(), row::to_saga(model)?);
         }
-        let mut out = Vec::with_capacity(sagas.len());
-        let mut seen = HashSet::with_capacity(sagas.len());
-        for wanted in sagas {
-            let stored = by_id.get(&wanted.biz_id).cloned().ok_or_else(|| Error::Corrupt {
-                biz_id: wanted.biz_id.clone(),
-                message: "inserted row not found right after the insert".to_owned(),
-            })?;
-            // The same biz_id twice in one batch: only the first can be fresh.
-            let first = seen.insert(wanted.biz_id.clone());
-            let ours = stored.lease.owner_id.as_deref() == Some(owner)
-                && stored.version == 0
-                && stored.status == Status::Received;
-            out.push(if ours && first { Arrival::Fresh(stored) } else { Arrival::Existing(stored) });
-        }
-        Ok(out)
+        Ok(by_id)
     }
+}
+
+/// Rolls back a transaction of [`Store::receive`]'s first path, which then leaves the batch
+/// to the general one.
+async fn give_up(txn: DatabaseTransaction) -> Result<Option<Received>, Error> {
+    txn.rollback().await.during("roll back inbox insert", None)?;
+    Ok(None)
+}
+
+/// A row as this owner's inbox insert leaves an arrival it drives: RECEIVED at version 0,
+/// leased to `owner`.
+fn fresh_row(stored: &Saga, owner: &str) -> bool {
+    stored.lease.owner_id.as_deref() == Some(owner) && stored.version == 0 && stored.status == Status::Received
 }

@@ -214,7 +214,18 @@ impl Store {
         conn: &C,
         sagas: &[&Saga],
     ) -> Result<HashSet<String>, Error> {
-        let mut first_unfinished: HashMap<(String, String, i32), i64> = HashMap::new();
+        let first_unfinished = self.first_unfinished_on(conn, sagas).await?;
+        Ok(held_back(sagas, &first_unfinished))
+    }
+
+    /// Per order, topic and partition of `sagas`, the lowest offset of an unfinished saga in
+    /// the table as `conn` sees it; one query per chunk of [`BATCH_ROWS_MAX`] sagas.
+    pub(crate) async fn first_unfinished_on<C: ConnectionTrait>(
+        &self,
+        conn: &C,
+        sagas: &[&Saga],
+    ) -> Result<FirstUnfinished, Error> {
+        let mut first_unfinished = FirstUnfinished::new();
         for chunk in sagas.chunks(BATCH_ROWS_MAX) {
             let mut orders: Vec<&str> = chunk.iter().map(|s| s.order_no.as_str()).collect();
             orders.sort_unstable();
@@ -234,14 +245,7 @@ impl Store {
                 first_unfinished.insert((order, topic, partition), first);
             }
         }
-        Ok(sagas
-            .iter()
-            .filter(|saga| {
-                let key = (saga.order_no.clone(), saga.source.topic.clone(), saga.source.partition);
-                first_unfinished.get(&key).is_some_and(|first| *first < saga.source.offset)
-            })
-            .map(|saga| saga.biz_id.clone())
-            .collect())
+        Ok(first_unfinished)
     }
 
     /// Sagas in `status` (served by the `saga_recovery` index: one range, no table rows read).
@@ -308,6 +312,24 @@ impl Store {
 /// The earliest unfinished saga of each of `orders` order numbers, per source partition, read
 /// through the `saga_order` index (a batch's list is longer than MySQL plans from a look at the
 /// index; see [`dialect::through_index`]).
+/// The lowest offset of an unfinished saga per order, topic and partition.
+pub(crate) type FirstUnfinished = HashMap<(String, String, i32), i64>;
+
+/// The key [`FirstUnfinished`] files `saga` under.
+pub(crate) fn order_key(saga: &Saga) -> (String, String, i32) {
+    (saga.order_no.clone(), saga.source.topic.clone(), saga.source.partition)
+}
+
+/// Of `sagas`, the biz_ids of those with an unfinished saga of their order at a lower offset
+/// of their partition.
+pub(crate) fn held_back(sagas: &[&Saga], first_unfinished: &FirstUnfinished) -> HashSet<String> {
+    sagas
+        .iter()
+        .filter(|saga| first_unfinished.get(&order_key(saga)).is_some_and(|first| *first < saga.source.offset))
+        .map(|saga| saga.biz_id.clone())
+        .collect()
+}
+
 fn first_unfinished_sql(backend: sea_orm::DbBackend, orders: usize) -> String {
     format!(
         "SELECT order_no, src_topic, src_partition, MIN(src_offset) AS first_offset FROM {} \

@@ -15,6 +15,7 @@ pub(crate) struct Stats {
     transitions: AtomicU64,
     batches: AtomicU64,
     retried: AtomicU64,
+    opened_on_insert: AtomicU64,
 }
 
 /// A reading of the counters.
@@ -29,6 +30,9 @@ pub struct StoreStats {
     /// Transition transactions tried again because the database rolled them back on its own
     /// (a deadlock, a lock wait timeout, SQLite busy); each try that committed is counted above.
     pub retried: u64,
+    /// Of `transitions`, the first steps the inbox wrote by inserting the row as that step
+    /// leaves it, with no compare-and-set (MySQL, a batch none of whose rows existed).
+    pub opened_on_insert: u64,
 }
 
 impl Stats {
@@ -45,6 +49,10 @@ impl Stats {
         self.write_committed();
     }
 
+    pub(crate) fn opened_on_insert(&self, count: u64) {
+        self.opened_on_insert.fetch_add(count, Ordering::Relaxed);
+    }
+
     pub(crate) fn retried(&self) {
         self.retried.fetch_add(1, Ordering::Relaxed);
     }
@@ -55,6 +63,7 @@ impl Stats {
             transitions: self.transitions.load(Ordering::Relaxed),
             batches: self.batches.load(Ordering::Relaxed),
             retried: self.retried.load(Ordering::Relaxed),
+            opened_on_insert: self.opened_on_insert.load(Ordering::Relaxed),
         }
     }
 }

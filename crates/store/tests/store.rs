@@ -426,6 +426,122 @@ async fn receive_opens_fresh_rows_nothing_holds_back(db: &TestDb) {
 }
 both_engines!(receive_opens, receive_opens_fresh_rows_nothing_holds_back);
 
+/// A batch of orders `prefix`-1, -2 and -4: -2 has an earlier unfinished saga (inserted
+/// here), -1 twice in the batch; every row but -4's is named for opening.
+async fn opening_batch(
+    store: &Store,
+    prefix: &str,
+    now: i64,
+) -> (Vec<Saga>, std::collections::HashMap<String, Change>) {
+    arrive(store, received(store, &format!("{prefix}-2"), 1).await, "c0", LEASE_MS).await;
+    let mut later = received(store, &format!("{prefix}-2"), 3).await;
+    later.biz_id = format!("{prefix}-2:SHIPPED");
+    let opened = received(store, &format!("{prefix}-1"), 4).await;
+    let mut same_order = received(store, &format!("{prefix}-1"), 5).await;
+    same_order.biz_id = format!("{prefix}-1:SHIPPED");
+    let unnamed = received(store, &format!("{prefix}-4"), 6).await;
+    let openings =
+        [&later, &opened, &same_order].into_iter().map(|saga| (saga.biz_id.clone(), first_change(saga, now))).collect();
+    (vec![later, opened, same_order, unnamed], openings)
+}
+
+/// The parts of a row that do not depend on its order number or on when its message was made
+/// (each `received` reads the clock), with the order number's `prefix` written as `P`.
+fn comparable(saga: &Saga, prefix: &str) -> String {
+    let mut saga = saga.clone();
+    saga.created_at_ms = 0;
+    saga.deadline_ms = 0;
+    saga.lease.until_ms = 0;
+    if saga.status == Status::Received {
+        saga.updated_at_ms = 0;
+    }
+    // The WMS request id and voucher are digests of the biz_id.
+    let derived = |value: &mut Option<String>, expected: String| {
+        if value.as_ref() == Some(&expected) {
+            *value = Some("derived from the biz_id".to_owned());
+        }
+    };
+    derived(&mut saga.wms_request_id, midflight_model::request_id(&saga.biz_id, Step::Wms));
+    derived(&mut saga.wms_voucher, midflight_model::voucher(&saga.biz_id, Step::Wms));
+    format!("{saga:?}").replace(&format!("{prefix}-"), "P-")
+}
+
+async fn receive_opens_on_insert_as_the_general_path_does(db: &TestDb) {
+    let store = &db.store;
+    let now = store.now_ms().await.expect("clock");
+    let (fresh_batch, fresh_openings) = opening_batch(store, "A", now).await;
+    let (mut general_batch, general_openings) = opening_batch(store, "B", now).await;
+    // One row of the second batch is in the table already: that batch takes the general path.
+    let redelivered = arrive(store, received(store, "B-9", 2).await, "c0", LEASE_MS).await;
+    general_batch.insert(1, redelivered);
+
+    let before = store.stats();
+    let fresh = store.receive(&fresh_batch, "c1", LEASE_MS, "consumer:c1", now, &fresh_openings).await.expect("fresh");
+    let after = store.stats();
+    let general =
+        store.receive(&general_batch, "c1", LEASE_MS, "consumer:c1", now, &general_openings).await.expect("general");
+    let after_general = store.stats();
+    let on_insert = u64::from(db.engine == midflight_store::testing::Engine::MySql);
+    assert_eq!(after.opened_on_insert - before.opened_on_insert, on_insert, "MySQL opens a new batch's row on insert");
+    assert_eq!(
+        after_general.opened_on_insert, after.opened_on_insert,
+        "a batch with a redelivery takes the general path"
+    );
+    for (stats, earlier) in [(after, before), (after_general, after)] {
+        assert_eq!(stats.write_txns - earlier.write_txns, 1, "one transaction for the batch and its openings");
+        assert_eq!(stats.transitions - earlier.transitions, 1, "one row opened");
+    }
+
+    assert_eq!(fresh.opened, std::collections::HashSet::from(["A-1:PAID".to_owned()]));
+    assert_eq!(general.opened, std::collections::HashSet::from(["B-1:PAID".to_owned()]));
+    let held =
+        |prefix: &str| std::collections::HashSet::from([format!("{prefix}-2:SHIPPED"), format!("{prefix}-1:SHIPPED")]);
+    assert_eq!(fresh.maybe_blocked, held("A"), "held back by a saga committed before or one earlier in the batch");
+    assert_eq!(general.maybe_blocked, held("B"));
+    let mut general_arrivals = general.arrivals.clone();
+    assert!(matches!(general_arrivals.remove(1), Arrival::Existing(_)), "the redelivered row is someone's work");
+    let shape = |arrivals: &[Arrival], prefix: &str| -> Vec<(bool, String)> {
+        arrivals.iter().map(|a| (matches!(a, Arrival::Fresh(_)), comparable(a.saga(), prefix))).collect()
+    };
+    assert_eq!(shape(&fresh.arrivals, "A"), shape(&general_arrivals, "B"), "the same arrivals either way");
+    assert_eq!(fresh.arrivals[1].saga().status, Status::WmsRequested);
+
+    // The table holds the same rows, log rows and business rows either way.
+    for (prefix, batch) in [("A", &fresh_batch), ("B", &general_batch)] {
+        assert!(store.order_row(&format!("{prefix}-1:PAID")).await.expect("order row").is_some(), "business row");
+        assert!(store.order_row(&format!("{prefix}-4:PAID")).await.expect("order row").is_none(), "not opened");
+        assert_eq!(batch.len(), if prefix == "A" { 4 } else { 5 });
+    }
+    for suffix in ["-1:PAID", "-1:SHIPPED", "-2:SHIPPED", "-4:PAID"] {
+        let (a, b) = (format!("A{suffix}"), format!("B{suffix}"));
+        let row_a = store.get(&a).await.expect("get").expect("row");
+        let row_b = store.get(&b).await.expect("get").expect("row");
+        assert_eq!(comparable(&row_a, "A"), comparable(&row_b, "B"), "{suffix}");
+        let log =
+            |entries: Vec<midflight_store::Transition>| -> Vec<(u64, Option<Status>, Status, u64, String, String)> {
+                entries.into_iter().map(|t| (t.version, t.from, t.to, t.lease_epoch, t.actor, t.reason)).collect()
+            };
+        let log_a = log(store.transitions(&a).await.expect("log"));
+        assert_eq!(log_a, log(store.transitions(&b).await.expect("log")), "{suffix}");
+        assert!(!log_a.is_empty());
+    }
+
+    // A retry after a commit whose answer was lost finds the rows and writes nothing more.
+    let again = store.receive(&fresh_batch, "c1", LEASE_MS, "consumer:c1", now, &fresh_openings).await.expect("retry");
+    let retried = store.stats();
+    assert_eq!(again.opened, fresh.opened);
+    assert_eq!(again.maybe_blocked, fresh.maybe_blocked);
+    assert_eq!(shape(&again.arrivals, "A"), shape(&fresh.arrivals, "A"));
+    assert_eq!(
+        (retried.transitions, retried.opened_on_insert),
+        (after_general.transitions, after_general.opened_on_insert)
+    );
+    // The holder drives on from the row opened on insert as from any write of its own.
+    let next = step(store, fresh.arrivals[1].saga(), Observation::Wms(WmsAnswer::Locked)).await;
+    assert_eq!(next.status, Status::LogisticsRequested);
+}
+both_engines!(receive_opens_on_insert, receive_opens_on_insert_as_the_general_path_does);
+
 async fn tickets_are_one_per_step_and_carry_evidence(db: &TestDb) {
     let store = &db.store;
     let saga = arrive(store, received(store, "O-1", 1).await, "c1", LEASE_MS).await;
