@@ -54,6 +54,25 @@ pub struct Received {
     pub opened: HashSet<String>,
 }
 
+/// The arguments of one [`Store::receive`] call, as its tries and paths pass them on.
+struct ReceiveArgs<'a, O> {
+    sagas: &'a [Saga],
+    owner: &'a str,
+    lease_ms: i64,
+    actor: &'a str,
+    now_ms: i64,
+    openings: &'a HashMap<String, O>,
+}
+
+// Only references and numbers: a copy for each try, whatever `O` is.
+impl<O> Clone for ReceiveArgs<'_, O> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<O> Copy for ReceiveArgs<'_, O> {}
+
 const COLUMNS: &str = "biz_id, order_no, event_type, src_topic, src_partition, src_offset, payload, status, version, \
      attempts, next_attempt_at_ms, last_error, deadline_ms, owner_id, lease_epoch, lease_until_ms, trace_context, \
      created_at_ms, updated_at_ms, wms_request_id, wms_voucher, wms_locked_at_ms, logistics_request_id, \
@@ -150,21 +169,15 @@ impl Store {
             return Ok(Received { arrivals: Vec::new(), maybe_blocked: HashSet::new(), opened: HashSet::new() });
         }
         Self::check_arrivals(sagas)?;
-        self.retry_rolled_back(|| self.try_receive(sagas, owner, lease_ms, actor, now_ms, openings)).await
+        let args = ReceiveArgs { sagas, owner, lease_ms, actor, now_ms, openings };
+        self.retry_rolled_back(|| self.try_receive(args)).await
     }
 
-    async fn try_receive<O: AsRef<Change>>(
-        &self,
-        sagas: &[Saga],
-        owner: &str,
-        lease_ms: i64,
-        actor: &str,
-        now_ms: i64,
-        openings: &HashMap<String, O>,
-    ) -> Result<Received, Error> {
-        if let Some(received) = self.receive_opened_on_insert(sagas, owner, lease_ms, actor, now_ms, openings).await? {
+    async fn try_receive<O: AsRef<Change>>(&self, args: ReceiveArgs<'_, O>) -> Result<Received, Error> {
+        if let Some(received) = self.receive_opened_on_insert(args).await? {
             return Ok(received);
         }
+        let ReceiveArgs { sagas, owner, lease_ms, actor, now_ms, openings } = args;
         let txn = self.begin_arrivals(sagas, owner, lease_ms, actor).await?;
         let mut arrivals = self.classify(&txn, sagas, owner).await?;
         let reopened = Self::opened_before(&mut arrivals, owner, now_ms, openings);
@@ -237,13 +250,9 @@ impl Store {
     /// writes first waits its turn, so on SQLite the general path is taken.
     async fn receive_opened_on_insert<O: AsRef<Change>>(
         &self,
-        sagas: &[Saga],
-        owner: &str,
-        lease_ms: i64,
-        actor: &str,
-        now_ms: i64,
-        openings: &HashMap<String, O>,
+        args: ReceiveArgs<'_, O>,
     ) -> Result<Option<Received>, Error> {
+        let ReceiveArgs { sagas, owner, lease_ms, actor, now_ms, openings } = args;
         let fresh: Vec<&Saga> = sagas.iter().filter(|saga| saga.status == Status::Received).collect();
         if self.backend != DbBackend::MySql || !fresh.iter().any(|saga| openings.contains_key(&saga.biz_id)) {
             return Ok(None);
