@@ -81,7 +81,8 @@ struct Held {
     saga: Saga,
     lease_valid_until: Instant,
     call_ms: Option<u64>,
-    /// The caller found no earlier unfinished saga of the order after the row was inserted.
+    /// The caller found no earlier unfinished saga of the order in the transaction that
+    /// inserted the row.
     order_checked: bool,
 }
 
@@ -150,7 +151,7 @@ impl<D: Downstream> Driver<D> {
     }
 
     /// [`Driver::drive`] for a fresh inbox row. With `order_checked` the caller asked the store,
-    /// after inserting the row, whether an earlier saga of its order is unfinished
+    /// in the transaction that inserted the row, whether an earlier saga of its order is unfinished
     /// ([`Store::maybe_blocked`], one query per batch) and the answer was no; the drive then
     /// skips that same question per saga. The answer cannot go stale: earlier offsets of a
     /// partition are inserted before later ones, so no earlier saga appears afterwards.

@@ -35,8 +35,10 @@ impl Error {
     }
 
     /// The database gave up on the transaction on its own: a deadlock (MySQL 1213, which rolls
-    /// the whole transaction back), a lock wait timeout (1205) or SQLite's busy or locked (5,
-    /// 6 and their extended codes). The caller drops the transaction, which rolls back the rest,
+    /// the whole transaction back), a lock wait timeout (1205), a row changed since the
+    /// transaction's snapshot (MariaDB 1020, with `innodb_snapshot_isolation`, on by default
+    /// from 11.6.2, which rolls the whole transaction back) or SQLite's busy or locked (5, 6
+    /// and their extended codes). The caller drops the transaction, which rolls back the rest,
     /// so nothing of it was written and the same transaction can be tried again. An error at
     /// COMMIT that could have left the outcome unknown (a lost connection) is not one of these.
     pub(crate) fn rolled_back(&self) -> bool {
@@ -49,7 +51,7 @@ impl Error {
         };
         let sqlx::Error::Database(error) = error.as_ref() else { return false };
         if let Some(mysql) = error.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
-            return matches!(mysql.number(), 1205 | 1213);
+            return matches!(mysql.number(), 1020 | 1205 | 1213);
         }
         if error.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
             // The primary result code is the low byte of the extended one.

@@ -144,15 +144,16 @@ impl Store {
     /// [`Store::insert_arrivals`] and more, in the same one transaction: it asks which fresh
     /// rows may wait for an earlier unfinished saga of their order, and writes, for each fresh
     /// row that none holds back and whose biz_id `openings` names, that first change (one
-    /// compare-and-set on the row just inserted, its log rows and its business row), exactly
-    /// as [`Store::write`] would write it for the lease holder at `now_ms` (the caller's
-    /// database-clock reading). The caller then holds the opened row, leased, and makes the
-    /// call its change recorded the intent of.
+    /// compare-and-set on the row just inserted, or on MySQL usually the row inserted as that
+    /// change leaves it; its log rows and its business row), exactly as [`Store::write`] would
+    /// write it for the lease holder at `now_ms` (the caller's database-clock reading). The
+    /// caller then holds the opened row, leased, and makes the call its change recorded the
+    /// intent of.
     ///
-    /// The order question is answered inside the transaction, after the inserts, so it sees
-    /// this batch's own rows and every row committed before; a batch written beside this one
-    /// by the same caller is not visible, so the caller leaves out of `openings` the orders it
-    /// shares with such batches.
+    /// The order question is answered inside the transaction, so it sees this batch's own rows
+    /// (after the inserts, or counted from the batch when asked before them) and every row
+    /// committed before; a batch written beside this one by the same caller is not visible, so
+    /// the caller leaves out of `openings` the orders it shares with such batches.
     ///
     /// Called again with the same arguments after a commit whose answer was lost, it finds the
     /// rows that commit opened and reports them opened again (and writes nothing more for them).
@@ -239,9 +240,11 @@ impl Store {
     /// [`Store::receive`] for a batch none of whose rows is in the table yet, the usual case:
     /// the order question is asked first, and each row to be opened is inserted as its first
     /// change leaves it, so no compare-and-set is needed. The result is the same as the general
-    /// path's; `None` (nothing written) when this path does not apply: nothing to open, a
-    /// biz_id twice in the batch, a row already in the table, or a row that another
-    /// transaction inserted meanwhile (found on reading the rows back).
+    /// path's; `None` (its transaction rolled back, nothing written) when this path does not
+    /// apply: not MySQL, nothing to open, a biz_id twice in the batch, a row already in the
+    /// table, or a row that another transaction inserted meanwhile (missing or not as inserted
+    /// on reading the rows back; with MariaDB's `innodb_snapshot_isolation` the insert fails
+    /// instead, and the retry finds the row and takes the general path).
     ///
     /// Both questions are asked in the transaction, before the insert, so they see the same
     /// committed rows as each other; this batch's own earlier rows are counted from the batch.
@@ -277,20 +280,26 @@ impl Store {
             if maybe_blocked.contains(&saga.biz_id) {
                 continue;
             }
-            // The row as the general path's insert leaves it, leased to `owner`.
+            // The row as the general path's insert leaves it, leased to `owner`: the columns
+            // that insert does not write are empty.
             let mut before = (*saga).clone();
             before.version = 0;
             before.attempts = 0;
             before.next_attempt_at_ms = 0;
+            before.wms_request_id = None;
+            before.wms_voucher = None;
+            before.wms_locked_at_ms = None;
+            before.logistics_request_id = None;
+            before.logistics_voucher = None;
+            before.tracking_no = None;
+            before.intent_at_ms = None;
             before.lease = Lease { owner_id: Some(owner.to_owned()), epoch: 1, until_ms: now_ms + lease_ms };
             let next = change.apply(&before, now_ms)?;
             let member =
                 Member { before, next, change: change.clone(), lease_ms, actor: actor.to_owned(), call_ms: None };
             members.insert(saga.biz_id.as_str(), member);
         }
-        let rows = dialect::padded(
-            sagas.iter().map(|saga| (saga, members.get(saga.biz_id.as_str()).map(|m| &m.next))).collect(),
-        );
+        let rows = dialect::padded(sagas.iter().map(|saga| (saga, members.get(saga.biz_id.as_str()))).collect());
         let (insert, log) = self.arrival_statements(&rows, owner, lease_ms, actor);
         txn.execute_raw(insert).await.during("insert inbox rows", None)?;
         let stored = self.stored(&txn, sagas).await?;
@@ -375,11 +384,12 @@ impl Store {
     }
 
     /// The INSERT of `rows` and the INSERT of their arrival log rows. Each row is an arrival
-    /// and, when it is opened on insert, the row its first change leaves: that row is inserted
-    /// instead, while its arrival log row still records the arrival.
+    /// and, when it is opened on insert, its first change: the row that change leaves is
+    /// inserted instead, with that change's lease, while its arrival log row still records the
+    /// arrival.
     fn arrival_statements(
         &self,
-        rows: &[(&Saga, Option<&Saga>)],
+        rows: &[(&Saga, Option<&Member>)],
         owner: &str,
         lease_ms: i64,
         actor: &str,
@@ -389,7 +399,8 @@ impl Store {
         let mut values: Vec<Value> = Vec::with_capacity(rows.len() * (COLUMNS_BEFORE_LEASE + 1 + COLUMNS_AFTER_LEASE));
         let mut log_rows = Vec::with_capacity(rows.len());
         let mut log_values: Vec<Value> = Vec::with_capacity(rows.len() * 6);
-        for &(saga, opened) in rows {
+        for &(saga, member) in rows {
+            let opened = member.map(|member| &member.next);
             let leased = saga.status == Status::Received;
             let lease = if leased { format!("{now} + ?") } else { "0".to_owned() };
             templates.push(format!(
@@ -421,7 +432,7 @@ impl Store {
                 i64::from(leased).into(),
             ]);
             if leased {
-                values.push(lease_ms.into());
+                values.push(member.map_or(lease_ms, Member::lease_ms).into());
             }
             values.extend([
                 saga.trace_context.clone().into(),

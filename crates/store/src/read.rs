@@ -309,9 +309,6 @@ impl Store {
     }
 }
 
-/// The earliest unfinished saga of each of `orders` order numbers, per source partition, read
-/// through the `saga_order` index (a batch's list is longer than MySQL plans from a look at the
-/// index; see [`dialect::through_index`]).
 /// The lowest offset of an unfinished saga per order, topic and partition.
 pub(crate) type FirstUnfinished = HashMap<(String, String, i32), i64>;
 
@@ -330,6 +327,9 @@ pub(crate) fn held_back(sagas: &[&Saga], first_unfinished: &FirstUnfinished) -> 
         .collect()
 }
 
+/// The earliest unfinished saga of each of `orders` order numbers, per source partition, read
+/// through the `saga_order` index (a batch's list is longer than MySQL plans from a look at the
+/// index; see [`dialect::through_index`]).
 fn first_unfinished_sql(backend: sea_orm::DbBackend, orders: usize) -> String {
     format!(
         "SELECT order_no, src_topic, src_partition, MIN(src_offset) AS first_offset FROM {} \

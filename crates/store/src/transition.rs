@@ -91,7 +91,7 @@ impl Member {
         next
     }
 
-    fn lease_ms(&self) -> i64 {
+    pub(crate) fn lease_ms(&self) -> i64 {
         if self.change.release_lease { 0 } else { self.lease_ms }
     }
 }

@@ -426,8 +426,9 @@ async fn receive_opens_fresh_rows_nothing_holds_back(db: &TestDb) {
 }
 both_engines!(receive_opens, receive_opens_fresh_rows_nothing_holds_back);
 
-/// A batch of orders `prefix`-1, -2 and -4: -2 has an earlier unfinished saga (inserted
-/// here), -1 twice in the batch; every row but -4's is named for opening.
+/// A batch of orders `prefix`-1, -2, -4 and -5 and a poison message: -2 has an earlier
+/// unfinished saga (inserted here), -1 is twice in the batch; every row of an order but -4's
+/// is named for opening. Six rows, so the batch's statements are padded to eight.
 async fn opening_batch(
     store: &Store,
     prefix: &str,
@@ -440,9 +441,16 @@ async fn opening_batch(
     let mut same_order = received(store, &format!("{prefix}-1"), 5).await;
     same_order.biz_id = format!("{prefix}-1:SHIPPED");
     let unnamed = received(store, &format!("{prefix}-4"), 6).await;
-    let openings =
-        [&later, &opened, &same_order].into_iter().map(|saga| (saga.biz_id.clone(), first_change(saga, now))).collect();
-    (vec![later, opened, same_order, unnamed], openings)
+    let error = OrderEvent::parse(b"{oops").expect_err("poison");
+    let source = Source { topic: "orders".into(), partition: 0, offset: 7 };
+    let mut parked = Saga::parked(source, "{oops".into(), &error, now);
+    parked.biz_id = format!("{prefix}-parked");
+    let also_opened = received(store, &format!("{prefix}-5"), 8).await;
+    let openings = [&later, &opened, &same_order, &also_opened]
+        .into_iter()
+        .map(|saga| (saga.biz_id.clone(), first_change(saga, now)))
+        .collect();
+    (vec![later, opened, same_order, unnamed, parked, also_opened], openings)
 }
 
 /// The parts of a row that do not depend on its order number or on when its message was made
@@ -452,7 +460,7 @@ fn comparable(saga: &Saga, prefix: &str) -> String {
     saga.created_at_ms = 0;
     saga.deadline_ms = 0;
     saga.lease.until_ms = 0;
-    if saga.status == Status::Received {
+    if matches!(saga.status, Status::Received | Status::Parked) {
         saga.updated_at_ms = 0;
     }
     // The WMS request id and voucher are digests of the biz_id.
@@ -482,18 +490,24 @@ async fn receive_opens_on_insert_as_the_general_path_does(db: &TestDb) {
         store.receive(&general_batch, "c1", LEASE_MS, "consumer:c1", now, &general_openings).await.expect("general");
     let after_general = store.stats();
     let on_insert = u64::from(db.engine == midflight_store::testing::Engine::MySql);
-    assert_eq!(after.opened_on_insert - before.opened_on_insert, on_insert, "MySQL opens a new batch's row on insert");
+    assert_eq!(
+        after.opened_on_insert - before.opened_on_insert,
+        2 * on_insert,
+        "MySQL opens a new batch's rows on insert"
+    );
     assert_eq!(
         after_general.opened_on_insert, after.opened_on_insert,
         "a batch with a redelivery takes the general path"
     );
     for (stats, earlier) in [(after, before), (after_general, after)] {
         assert_eq!(stats.write_txns - earlier.write_txns, 1, "one transaction for the batch and its openings");
-        assert_eq!(stats.transitions - earlier.transitions, 1, "one row opened");
+        assert_eq!(stats.transitions - earlier.transitions, 2, "two rows opened");
     }
 
-    assert_eq!(fresh.opened, std::collections::HashSet::from(["A-1:PAID".to_owned()]));
-    assert_eq!(general.opened, std::collections::HashSet::from(["B-1:PAID".to_owned()]));
+    let opened =
+        |prefix: &str| std::collections::HashSet::from([format!("{prefix}-1:PAID"), format!("{prefix}-5:PAID")]);
+    assert_eq!(fresh.opened, opened("A"));
+    assert_eq!(general.opened, opened("B"));
     let held =
         |prefix: &str| std::collections::HashSet::from([format!("{prefix}-2:SHIPPED"), format!("{prefix}-1:SHIPPED")]);
     assert_eq!(fresh.maybe_blocked, held("A"), "held back by a saga committed before or one earlier in the batch");
@@ -505,18 +519,34 @@ async fn receive_opens_on_insert_as_the_general_path_does(db: &TestDb) {
     };
     assert_eq!(shape(&fresh.arrivals, "A"), shape(&general_arrivals, "B"), "the same arrivals either way");
     assert_eq!(fresh.arrivals[1].saga().status, Status::WmsRequested);
+    assert!(matches!(fresh.arrivals[4], Arrival::Existing(_)), "a parked row is nobody's to drive");
+    for (arrivals, index) in
+        [(&fresh.arrivals, 1), (&fresh.arrivals, 5), (&general_arrivals, 1), (&general_arrivals, 5)]
+    {
+        let saga = arrivals[index].saga();
+        assert_eq!(saga.lease.until_ms, saga.updated_at_ms + LEASE_MS, "{}: held for the lease asked", saga.biz_id);
+    }
 
     // The table holds the same rows, log rows and business rows either way.
-    for (prefix, batch) in [("A", &fresh_batch), ("B", &general_batch)] {
-        assert!(store.order_row(&format!("{prefix}-1:PAID")).await.expect("order row").is_some(), "business row");
-        assert!(store.order_row(&format!("{prefix}-4:PAID")).await.expect("order row").is_none(), "not opened");
-        assert_eq!(batch.len(), if prefix == "A" { 4 } else { 5 });
-    }
-    for suffix in ["-1:PAID", "-1:SHIPPED", "-2:SHIPPED", "-4:PAID"] {
+    for suffix in ["-1:PAID", "-1:SHIPPED", "-2:SHIPPED", "-4:PAID", "-5:PAID", "-parked"] {
         let (a, b) = (format!("A{suffix}"), format!("B{suffix}"));
         let row_a = store.get(&a).await.expect("get").expect("row");
         let row_b = store.get(&b).await.expect("get").expect("row");
         assert_eq!(comparable(&row_a, "A"), comparable(&row_b, "B"), "{suffix}");
+        for row in [&row_a, &row_b] {
+            // The table's lease end is the database clock at the insert plus the lease asked.
+            let held_ms = row.lease.until_ms - row.updated_at_ms;
+            match row.status {
+                Status::Received | Status::WmsRequested => {
+                    assert!((LEASE_MS - 5_000..=LEASE_MS + 5_000).contains(&held_ms), "{}: {held_ms}", row.biz_id);
+                }
+                _ => assert_eq!(row.lease.until_ms, 0, "{}: not leased", row.biz_id),
+            }
+        }
+        let business = |row: Option<midflight_store::OrderRow>| row.map(|r| (r.status, r.tracking_no));
+        let business_a = business(store.order_row(&a).await.expect("order row"));
+        assert_eq!(business_a, business(store.order_row(&b).await.expect("order row")), "{suffix}");
+        assert_eq!(business_a.is_some(), row_a.status == Status::WmsRequested, "{suffix}: business row only if opened");
         let log =
             |entries: Vec<midflight_store::Transition>| -> Vec<(u64, Option<Status>, Status, u64, String, String)> {
                 entries.into_iter().map(|t| (t.version, t.from, t.to, t.lease_epoch, t.actor, t.reason)).collect()
@@ -537,8 +567,10 @@ async fn receive_opens_on_insert_as_the_general_path_does(db: &TestDb) {
         (after_general.transitions, after_general.opened_on_insert)
     );
     // The holder drives on from the row opened on insert as from any write of its own.
-    let next = step(store, fresh.arrivals[1].saga(), Observation::Wms(WmsAnswer::Locked)).await;
-    assert_eq!(next.status, Status::LogisticsRequested);
+    for index in [1, 5] {
+        let next = step(store, fresh.arrivals[index].saga(), Observation::Wms(WmsAnswer::Locked)).await;
+        assert_eq!(next.status, Status::LogisticsRequested);
+    }
 }
 both_engines!(receive_opens_on_insert, receive_opens_on_insert_as_the_general_path_does);
 
