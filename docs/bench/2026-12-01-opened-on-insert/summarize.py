@@ -1,4 +1,4 @@
-"""usage: summarize.py DIR TAG...: per run in DIR/TAG (as peak.sh leaves it, or as kept here), msg/s,
+"""usage: summarize.py DIR TAG...: per run in DIR/TAG (as run.sh leaves it, or as kept here), msg/s,
 mariadbd CPU per message from 15 s to 35 s into the phase, and MariaDB counters per message."""
 import os,sys,csv
 for tag in sys.argv[2:]:
