@@ -196,15 +196,7 @@ impl Store {
             if maybe_blocked.contains(&saga.biz_id) {
                 continue;
             }
-            let next = change.apply(saga, now_ms)?;
-            members.push(Member {
-                before: saga.clone(),
-                next,
-                change: change.clone(),
-                lease_ms,
-                actor: actor.to_owned(),
-                call_ms: None,
-            });
+            members.push(Member::first_step(saga.clone(), change, now_ms, lease_ms, actor)?);
         }
         // Key order, as every group takes its rows (`group.rs`).
         members.sort_by(|a, b| a.before.biz_id.cmp(&b.before.biz_id));
@@ -294,10 +286,7 @@ impl Store {
             before.tracking_no = None;
             before.intent_at_ms = None;
             before.lease = Lease { owner_id: Some(owner.to_owned()), epoch: 1, until_ms: now_ms + lease_ms };
-            let next = change.apply(&before, now_ms)?;
-            let member =
-                Member { before, next, change: change.clone(), lease_ms, actor: actor.to_owned(), call_ms: None };
-            members.insert(saga.biz_id.as_str(), member);
+            members.insert(saga.biz_id.as_str(), Member::first_step(before, change, now_ms, lease_ms, actor)?);
         }
         let rows = dialect::padded(sagas.iter().map(|saga| (saga, members.get(saga.biz_id.as_str()))).collect());
         let (insert, log) = self.arrival_statements(&rows, owner, lease_ms, actor);
@@ -306,23 +295,21 @@ impl Store {
         let mut arrivals = Vec::with_capacity(sagas.len());
         for saga in sagas {
             let Some(row) = stored.get(&saga.biz_id) else { return give_up(txn).await };
-            let as_inserted = match members.get(saga.biz_id.as_str()) {
-                Some(member) => {
-                    row.lease.owner_id.as_deref() == Some(owner)
+            // Each row as this insert left it, or the path gives up.
+            arrivals.push(match members.get(saga.biz_id.as_str()) {
+                Some(member)
+                    if row.lease.owner_id.as_deref() == Some(owner)
                         && row.lease.epoch == 1
                         && row.version == member.next.version
-                        && row.status == member.next.status
+                        && row.status == member.next.status =>
+                {
+                    Arrival::Fresh(member.clone().into_written())
                 }
-                None if saga.status == Status::Received => fresh_row(row, owner),
-                None => row.status == Status::Parked && row.version == 0,
-            };
-            if !as_inserted {
-                return give_up(txn).await;
-            }
-            arrivals.push(match members.get(saga.biz_id.as_str()) {
-                Some(member) => Arrival::Fresh(member.clone().into_written()),
-                None if saga.status == Status::Received => Arrival::Fresh(row.clone()),
-                None => Arrival::Existing(row.clone()),
+                None if saga.status == Status::Received && fresh_row(row, owner) => Arrival::Fresh(row.clone()),
+                None if saga.status != Status::Received && row.status == Status::Parked && row.version == 0 => {
+                    Arrival::Existing(row.clone())
+                }
+                _ => return give_up(txn).await,
             });
         }
         txn.execute_raw(log).await.during("insert arrival log rows", None)?;

@@ -91,6 +91,19 @@ impl Member {
         next
     }
 
+    /// The inbox's first step of a fresh row `before`: `change` applied at `now_ms`, written by
+    /// `actor` with a lease of `lease_ms`, after no call.
+    pub(crate) fn first_step(
+        before: Saga,
+        change: &Change,
+        now_ms: i64,
+        lease_ms: i64,
+        actor: &str,
+    ) -> Result<Member, Error> {
+        let next = change.apply(&before, now_ms)?;
+        Ok(Member { before, next, change: change.clone(), lease_ms, actor: actor.to_owned(), call_ms: None })
+    }
+
     pub(crate) fn lease_ms(&self) -> i64 {
         if self.change.release_lease { 0 } else { self.lease_ms }
     }
