@@ -32,16 +32,17 @@ pub fn request_id(biz_id: &str, step: Step) -> String {
         Step::Wms => "mf-wms-",
         Step::Logistics => "mf-lgx-",
     };
-    format!("{prefix}{}", digest(&["request", step.as_str(), biz_id]))
+    digest(prefix, &["request", step.as_str(), biz_id])
 }
 
 /// The reversal voucher of `step` for `biz_id`. It is stored with the intent before the call
 /// is sent and sent with it, so a reversal never depends on the downstream's own ids.
 pub fn voucher(biz_id: &str, step: Step) -> String {
-    format!("v-{}", digest(&["voucher", step.as_str(), biz_id]))
+    digest("v-", &["voucher", step.as_str(), biz_id])
 }
 
-fn digest(parts: &[&str]) -> String {
+/// `prefix` followed by the first [`DIGEST_HEX_LEN`] hex digits of the SHA-256 of `parts`.
+fn digest(prefix: &str, parts: &[&str]) -> String {
     let mut hasher = Sha256::new();
     hasher.update(b"midflight/v1");
     for part in parts {
@@ -50,7 +51,16 @@ fn digest(parts: &[&str]) -> String {
         hasher.update(part.as_bytes());
     }
     let bytes = hasher.finalize();
-    bytes.iter().take(DIGEST_HEX_LEN / 2).map(|b| format!("{b:02x}")).collect()
+    // Two hex digits a byte, written into one buffer: ids are built for every saga a consumer
+    // opens, so this runs on the hot path and allocates once.
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = String::with_capacity(prefix.len() + DIGEST_HEX_LEN);
+    hex.push_str(prefix);
+    for byte in bytes.iter().take(DIGEST_HEX_LEN / 2) {
+        hex.push(char::from(HEX[usize::from(byte >> 4)]));
+        hex.push(char::from(HEX[usize::from(byte & 0x0f)]));
+    }
+    hex
 }
 
 #[cfg(test)]
@@ -61,6 +71,11 @@ mod tests {
     fn ids_are_stable_and_distinct() {
         // Stable across releases: a changed derivation would make in-flight sagas resend under new keys.
         expect_test::expect!["mf-wms-2fa1687d9160234d987780149c33214e"].assert_eq(&request_id("O-1:PAID", Step::Wms));
+        expect_test::expect!["mf-lgx-633bc2a1506c68feda2519af0f1bcdc3"]
+            .assert_eq(&request_id("O-1:PAID", Step::Logistics));
+        expect_test::expect!["v-ce718d865e7ea5d1a4ed1ce0d0126100"].assert_eq(&voucher("O-1:PAID", Step::Wms));
+        // A digest byte below 0x10 keeps its leading zero.
+        expect_test::expect!["v-00fb7a78e3fc431da32c0a17646dd6d8"].assert_eq(&voucher("O-1:PAID", Step::Logistics));
         assert_eq!(request_id("O-1:PAID", Step::Wms), request_id("O-1:PAID", Step::Wms));
         assert_ne!(request_id("O-1:PAID", Step::Wms), request_id("O-1:PAID", Step::Logistics));
         assert_ne!(request_id("O-1:PAID", Step::Wms), request_id("O-2:PAID", Step::Wms));
