@@ -62,6 +62,20 @@ pub async fn drive_to_done(store: &Store, mut saga: Saga, actor: &str, lease_ms:
     saga
 }
 
+/// Polls `check` every 20 ms until it holds, failing the test after a minute: how a test
+/// waits for another task or connection to reach a point, instead of sleeping.
+pub async fn until<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !check().await {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// A fresh database, removed when dropped.
 #[derive(Debug)]
 pub struct TestDb {

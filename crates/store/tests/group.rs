@@ -4,7 +4,7 @@
 //! share groups. Outcomes are asserted per saga, so they hold however the groups formed.
 
 use midflight_model::{Observation, Plan, Rules, Saga, Source, Status, plan};
-use midflight_store::testing::{TestDb, drive_to_done, order_event};
+use midflight_store::testing::{TestDb, drive_to_done, order_event, until};
 use midflight_store::{Arrival, Cas, Store, both_engines};
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, Statement, TransactionTrait};
 
@@ -222,19 +222,6 @@ async fn rival(store: &Store, biz_id: &str) -> DatabaseTransaction {
         .await
         .expect("the rival's business row");
     rival
-}
-
-/// Polls `check` every 20 ms until it holds, for at most a minute.
-async fn until<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !check().await {
-        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
 }
 
 async fn rolled_back_group_is_retried(db: &TestDb) {

@@ -6,9 +6,9 @@ use midflight_model::{
     Address, Change, Line, Observation, OrderEvent, Plan, Rules, Saga, Source, Status, Step, TicketDraft, WmsAnswer,
     plan,
 };
-use midflight_store::testing::TestDb;
+use midflight_store::testing::{TestDb, until};
 use midflight_store::{Arrival, Cas, Error, Store, TicketState, both_engines};
-use sea_orm::ConnectionTrait;
+use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
 
 const LEASE_MS: i64 = 60_000;
 
@@ -573,6 +573,83 @@ async fn receive_opens_on_insert_as_the_general_path_does(db: &TestDb) {
     }
 }
 both_engines!(receive_opens_on_insert, receive_opens_on_insert_as_the_general_path_does);
+
+/// Another consumer's inbox transaction inserts one of a batch's rows while this one is under
+/// way (two consumers handed the same message around a rebalance). On MySQL the batch's
+/// transaction has already looked for its rows and found none, and its insert waits for the
+/// rival's uncommitted row; once the rival commits, the row-opening insert must give way: the
+/// row stays the rival's, unopened and not fresh here, and the batch's other row is opened as
+/// usual. On SQLite the rival holds the one write lock, and the batch waits for it.
+async fn receive_gives_way_to_a_row_inserted_meanwhile(db: &TestDb) {
+    let store = &db.store;
+    let rival_store = db.another_store().await;
+    let now = store.now_ms().await.expect("clock");
+    let contested = received(store, "R-1", 1).await;
+    let other = received(store, "R-2", 2).await;
+    // The rival's rows are copies of a row it inserted earlier, with the contested biz_id.
+    let template = arrive(&rival_store, received(store, "R-0", 0).await, "c2", LEASE_MS).await;
+    let rival = rival_store.connection().begin().await.expect("begin the rival");
+    let backend = store.backend();
+    for (table, copy) in [("saga", "rival_saga"), ("saga_transition", "rival_log")] {
+        for sql in [
+            format!("CREATE TEMPORARY TABLE {copy} AS SELECT * FROM {table} WHERE biz_id = ?"),
+            format!("UPDATE {copy} SET biz_id = ?"),
+        ] {
+            let id = if sql.starts_with("CREATE") { &template.biz_id } else { &contested.biz_id };
+            rival.execute_raw(Statement::from_sql_and_values(backend, sql, [id.as_str().into()])).await.expect("copy");
+        }
+    }
+    let fields = "SET order_no = ?, src_offset = ? ";
+    let values = [contested.order_no.as_str().into(), contested.source.offset.into()];
+    rival
+        .execute_raw(Statement::from_sql_and_values(backend, format!("UPDATE rival_saga {fields}"), values))
+        .await
+        .expect("the rival's order");
+    rival.execute_unprepared("INSERT INTO saga SELECT * FROM rival_saga").await.expect("the rival's row");
+    rival.execute_unprepared("INSERT INTO saga_transition SELECT * FROM rival_log").await.expect("its arrival");
+
+    let batch = vec![contested.clone(), other.clone()];
+    let openings: std::collections::HashMap<String, Change> =
+        batch.iter().map(|saga| (saga.biz_id.clone(), first_change(saga, now))).collect();
+    let before = store.stats();
+    let receive = tokio::spawn({
+        let (store, batch, openings) = (store.clone(), batch.clone(), openings.clone());
+        async move { store.receive(&batch, "c1", LEASE_MS, "consumer:c1", now, &openings).await }
+    });
+    if backend == DbBackend::MySql {
+        let waiting = "SELECT COUNT(*) AS n FROM information_schema.processlist \
+                       WHERE db = DATABASE() AND info LIKE 'INSERT INTO saga (%'";
+        until("the batch's insert to wait for the rival's row", || async {
+            let row = store.connection().query_one_raw(Statement::from_string(backend, waiting)).await;
+            row.expect("processlist").expect("a count").try_get::<i64>("", "n").expect("n") > 0
+        })
+        .await;
+    }
+    rival.commit().await.expect("the rival commits");
+    let received = receive.await.expect("receive task").expect("the batch is received");
+    let after = store.stats();
+
+    match &received.arrivals[0] {
+        Arrival::Existing(row) => {
+            assert_eq!((row.status, row.version), (Status::Received, 0), "the rival's row, untouched");
+            assert_eq!(row.lease.owner_id.as_deref(), Some("c2"));
+        }
+        fresh => panic!("the rival's row must not be this consumer's to drive: {fresh:?}"),
+    }
+    assert!(matches!(&received.arrivals[1], Arrival::Fresh(row) if row.status == Status::WmsRequested));
+    assert_eq!(received.opened, std::collections::HashSet::from([other.biz_id.clone()]));
+    assert_eq!(after.write_txns - before.write_txns, 1, "one commit");
+    assert_eq!(after.transitions - before.transitions, 1, "only the other row opened");
+    assert_eq!(after.opened_on_insert, before.opened_on_insert, "the row-opening insert gave way");
+    let row = store.get(&contested.biz_id).await.expect("get").expect("row");
+    assert_eq!((row.status, row.version, row.lease.owner_id.as_deref()), (Status::Received, 0, Some("c2")));
+    let log: Vec<(u64, String)> =
+        store.transitions(&contested.biz_id).await.expect("log").into_iter().map(|t| (t.version, t.actor)).collect();
+    assert_eq!(log, [(0, "c2".to_owned())], "the rival's arrival only");
+    assert!(store.order_row(&contested.biz_id).await.expect("order row").is_none(), "not opened by anyone");
+    assert_eq!(store.get(&other.biz_id).await.expect("get").map(|s| s.status), Some(Status::WmsRequested));
+}
+both_engines!(receive_gives_way, receive_gives_way_to_a_row_inserted_meanwhile);
 
 async fn tickets_are_one_per_step_and_carry_evidence(db: &TestDb) {
     let store = &db.store;
