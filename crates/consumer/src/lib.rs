@@ -146,6 +146,7 @@ pub async fn run_with<D: Downstream>(
         write_batches = stats.batches,
         retried = stats.retried,
         opened_on_insert = stats.opened_on_insert,
+        gave_way = stats.gave_way,
         "consumer stopped"
     );
     result

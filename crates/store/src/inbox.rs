@@ -294,7 +294,7 @@ impl Store {
         let stored = self.stored(&txn, sagas).await?;
         let mut arrivals = Vec::with_capacity(sagas.len());
         for saga in sagas {
-            let Some(row) = stored.get(&saga.biz_id) else { return give_up(txn).await };
+            let Some(row) = stored.get(&saga.biz_id) else { return self.give_way(txn).await };
             // Each row as this insert left it, or the path gives up.
             arrivals.push(match members.get(saga.biz_id.as_str()) {
                 Some(member)
@@ -309,7 +309,7 @@ impl Store {
                 None if saga.status != Status::Received && row.status == Status::Parked && row.version == 0 => {
                     Arrival::Existing(row.clone())
                 }
-                _ => return give_up(txn).await,
+                _ => return self.give_way(txn).await,
             });
         }
         txn.execute_raw(log).await.during("insert arrival log rows", None)?;
@@ -323,6 +323,13 @@ impl Store {
         self.stats.opened_on_insert(members.len() as u64);
         let opened = members.into_iter().map(|m| m.before.biz_id).collect();
         Ok(Some(Received { arrivals, maybe_blocked, opened }))
+    }
+
+    /// [`give_up`] after reading back a row this path did not insert: counted, so a run shows
+    /// how often batches race each other for a row.
+    async fn give_way(&self, txn: DatabaseTransaction) -> Result<Option<Received>, Error> {
+        self.stats.gave_way();
+        give_up(txn).await
     }
 
     /// Whether any of `sagas`' rows is in the table as `conn` sees it (primary key only).

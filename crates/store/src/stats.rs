@@ -16,6 +16,7 @@ pub(crate) struct Stats {
     batches: AtomicU64,
     retried: AtomicU64,
     opened_on_insert: AtomicU64,
+    gave_way: AtomicU64,
 }
 
 /// A reading of the counters.
@@ -33,6 +34,9 @@ pub struct StoreStats {
     /// Of `transitions`, the first steps the inbox wrote by inserting the row as that step
     /// leaves it, with no compare-and-set (MySQL, a batch none of whose rows existed).
     pub opened_on_insert: u64,
+    /// Inbox transactions of that path that read back a row they had not inserted (another
+    /// transaction inserted it meanwhile), were rolled back and took the general path.
+    pub gave_way: u64,
 }
 
 impl Stats {
@@ -53,6 +57,10 @@ impl Stats {
         self.opened_on_insert.fetch_add(count, Ordering::Relaxed);
     }
 
+    pub(crate) fn gave_way(&self) {
+        self.gave_way.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn retried(&self) {
         self.retried.fetch_add(1, Ordering::Relaxed);
     }
@@ -64,6 +72,7 @@ impl Stats {
             batches: self.batches.load(Ordering::Relaxed),
             retried: self.retried.load(Ordering::Relaxed),
             opened_on_insert: self.opened_on_insert.load(Ordering::Relaxed),
+            gave_way: self.gave_way.load(Ordering::Relaxed),
         }
     }
 }
