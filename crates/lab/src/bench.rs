@@ -21,10 +21,15 @@
 //! - `rebalance`: `paced`, with a consumer joining or leaving the group every 30 s; duplicates
 //!   are counted by the checker (midflight) or from the downstream ledgers (baselines).
 //!
+//! Every phase also reads each role's CPU time from `/proc` (`cpu`): the consumers, the recovery
+//! worker, the mocks, the lab, the database server when it runs here, and the whole box, per
+//! finished message, so the report can say what a rate would need.
+//!
 //! Output: `report.md`, `phases.csv`, `series.csv`, `chart.svg` in the report directory, and
 //! `--report-json`.
 
 mod ceiling;
+mod cpu;
 mod output;
 mod phase;
 

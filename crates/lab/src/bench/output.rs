@@ -8,6 +8,7 @@ use std::path::Path;
 use anyhow::Context;
 use serde::Serialize;
 
+use super::cpu::CpuPerMsg;
 use super::{BenchReport, PhaseResult, SystemKind, SystemResult};
 
 /// Targets of issue 8, on this machine.
@@ -91,6 +92,9 @@ struct SystemNumbers {
     write_txns_per_msg: Option<f64>,
     rss_mib: Option<f64>,
     duplicates: usize,
+    /// CPU milliseconds per message by role, at the peak (or in the rebalance phase, there).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu_ms_per_msg: Option<CpuPerMsg>,
     #[serde(skip_serializing_if = "Option::is_none")]
     rebalance: Option<Box<SystemNumbers>>,
 }
@@ -104,6 +108,7 @@ fn numbers(result: &SystemResult) -> SystemNumbers {
         write_txns_per_msg: result.peak.as_ref().and_then(|p| p.write_txns_per_msg).map(|v| round(v, 3)),
         rss_mib: result.peak.as_ref().map(|p| round(p.rss_mib, 1)),
         duplicates: [&result.peak, &result.paced].into_iter().flatten().map(|p| p.duplicates).sum(),
+        cpu_ms_per_msg: result.peak.as_ref().and_then(|p| p.cpu).map(rounded),
         rebalance: None,
     };
     if let Some(r) = &result.rebalance {
@@ -115,10 +120,23 @@ fn numbers(result: &SystemResult) -> SystemNumbers {
             write_txns_per_msg: r.write_txns_per_msg.map(|v| round(v, 3)),
             rss_mib: Some(round(r.rss_mib, 1)),
             duplicates: r.duplicates,
+            cpu_ms_per_msg: r.cpu.map(rounded),
             rebalance: None,
         }));
     }
     out
+}
+
+fn rounded(cpu: CpuPerMsg) -> CpuPerMsg {
+    CpuPerMsg {
+        consumers_ms: round(cpu.consumers_ms, 3),
+        recovery_ms: round(cpu.recovery_ms, 3),
+        mocks_ms: round(cpu.mocks_ms, 3),
+        lab_ms: round(cpu.lab_ms, 3),
+        database_ms: cpu.database_ms.map(|v| round(v, 3)),
+        box_ms: round(cpu.box_ms, 3),
+        box_busy_pct: round(cpu.box_busy_pct, 1),
+    }
 }
 
 fn round(value: f64, digits: i32) -> f64 {
@@ -355,20 +373,72 @@ fn markdown(report: &BenchReport) -> String {
          row; baselines: taken from Kafka), the part of the added latency spent before the consumer can \
          act; after arrival = per message, the added latency minus its arrival. Write txns/msg: \
          counted by the consumers' stores (baseline B: by its own counter). MariaDB columns: global server \
-         counters (other clients of the server add noise).\n\n![throughput and latency over time](chart.svg)\n",
+         counters (other clients of the server add noise).\n",
     );
+    out.push_str(&cpu_markdown(report));
+    out.push_str("\n![throughput and latency over time](chart.svg)\n");
+    out
+}
+
+/// CPU per message by role, and what the user's rate would need at those costs.
+fn cpu_markdown(report: &BenchReport) -> String {
+    let mut out = String::from("\n## CPU per message\n\n");
+    out.push_str(
+        "| system | phase | msg/s | consumers ms | recovery ms | mocks ms | lab ms | database ms | box ms | box busy % |\n",
+    );
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
+    for p in phases(report) {
+        let Some(c) = p.cpu else { continue };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {:.3} | {:.0} |",
+            p.system,
+            p.phase,
+            p.msgs_per_s,
+            c.consumers_ms,
+            c.recovery_ms,
+            c.mocks_ms,
+            c.lab_ms,
+            opt_f(c.database_ms, 3),
+            c.box_ms,
+            c.box_busy_pct
+        );
+    }
+    out.push_str(
+        "\nCPU time (user + system) of each role's processes over the measured part (warm-up done to \
+         drained), divided by the messages finished in it. Consumers: every consumer process, those \
+         that joined or left included (midflight on SQLite: the database work is in here too); lab: the \
+         embedded Kafka and the producer; database: the MariaDB server's process when it runs on this \
+         machine (all of its clients); box: every core's busy time (every process and the kernel). On a \
+         saturated box a process also spends time waiting for locks and being switched, so the peak's \
+         numbers can be higher than the same work costs on a quiet one.\n\n",
+    );
+    for (kind, result) in &report.systems {
+        let Some(c) = result.peak.as_ref().and_then(|p| p.cpu) else { continue };
+        let cores = |ms: f64| ms * TARGET_MSGS_PER_S / 1_000.0;
+        let _ = writeln!(
+            out,
+            "- {}: at {TARGET_MSGS_PER_S:.0} msg/s, at its peak's cost per message: consumers {:.1} cores, \
+             database {}, mocks {:.1}, box in all {:.1}.",
+            kind.name(),
+            cores(c.consumers_ms),
+            c.database_ms.map_or("not on this machine".to_owned(), |ms| format!("{:.1} cores", cores(ms))),
+            cores(c.mocks_ms),
+            cores(c.box_ms)
+        );
+    }
     out
 }
 
 fn phases_csv(report: &BenchReport) -> String {
     let mut out = String::from(
-        "system,phase,consumers,offered_per_s,messages,finished,msgs_per_s,p50_ms,p99_ms,added_p50_ms,added_p99_ms,arrival_p50_ms,arrival_p99_ms,after_arrival_p50_ms,after_arrival_p99_ms,call_mean_ms,write_txns_per_msg,transitions_per_msg,mysql_commits_per_msg,mysql_write_statements_per_msg,mysql_log_writes_per_msg,rss_mib,in_flight_per_consumer_max,rebalances,duplicates,violations,lost,drained,load_avg_start,load_avg_end\n",
+        "system,phase,consumers,offered_per_s,messages,finished,msgs_per_s,p50_ms,p99_ms,added_p50_ms,added_p99_ms,arrival_p50_ms,arrival_p99_ms,after_arrival_p50_ms,after_arrival_p99_ms,call_mean_ms,write_txns_per_msg,transitions_per_msg,mysql_commits_per_msg,mysql_write_statements_per_msg,mysql_log_writes_per_msg,rss_mib,in_flight_per_consumer_max,rebalances,duplicates,violations,lost,drained,load_avg_start,load_avg_end,cpu_consumers_ms,cpu_recovery_ms,cpu_mocks_ms,cpu_lab_ms,cpu_database_ms,cpu_box_ms,box_busy_pct\n",
     );
     let csv = |v: Option<String>| v.unwrap_or_default();
     for p in phases(report) {
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{:.1},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.1},{},{},{},{},{},{},{:.2},{:.2}",
+            "{},{},{},{},{},{},{:.1},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.1},{},{},{},{},{},{},{:.2},{:.2},{}",
             p.system,
             p.phase,
             p.consumers,
@@ -398,10 +468,26 @@ fn phases_csv(report: &BenchReport) -> String {
             p.lost,
             p.drained,
             p.load_avg_start,
-            p.load_avg_end
+            p.load_avg_end,
+            cpu_csv(p.cpu)
         );
     }
     out
+}
+
+/// The CPU columns of a phase's CSV row (empty cells when nothing was read).
+fn cpu_csv(cpu: Option<CpuPerMsg>) -> String {
+    let Some(c) = cpu else { return ",,,,,,".to_owned() };
+    format!(
+        "{:.4},{:.4},{:.4},{:.4},{},{:.4},{:.1}",
+        c.consumers_ms,
+        c.recovery_ms,
+        c.mocks_ms,
+        c.lab_ms,
+        c.database_ms.map(|v| format!("{v:.4}")).unwrap_or_default(),
+        c.box_ms,
+        c.box_busy_pct
+    )
 }
 
 fn series_csv(report: &BenchReport) -> String {

@@ -14,6 +14,7 @@ use midflight_stack::kafka::Record;
 use sea_orm::{ConnectionTrait, Database, DatabaseConnection, Statement};
 use serde::Serialize;
 
+use super::cpu::{CpuMeter, CpuPerMsg, Role};
 use super::{BenchArgs, SystemKind};
 use crate::process::Signal;
 use crate::system::{ORDER_TOPIC, System, SystemSpec};
@@ -111,6 +112,8 @@ pub struct PhaseResult {
     pub transitions_per_msg: Option<f64>,
     /// MariaDB's global counters over the measured part, per finished message.
     pub mysql: Option<MysqlDeltas>,
+    /// CPU time per finished message over the measured part, by role.
+    pub cpu: Option<CpuPerMsg>,
     /// Highest VmHWM of any consumer process, MiB.
     pub rss_mib: f64,
     /// Most sagas one consumer held in flight at a sample (midflight; from the table).
@@ -154,8 +157,16 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
     wait_until(&progress, warm.len() as u64, WARMUP_DEADLINE).await.context("the warm-up did not finish")?;
     let load_avg_start = load_average();
     let mysql_before = progress.mysql_counters().await?;
-    let mut run =
-        Running { system: &mut system, progress: &progress, kind, produced_at: HashMap::new(), samples: Vec::new() };
+    let mut cpu = CpuMeter::new(system.spec.mysql_url.as_deref());
+    cpu.read(children(&system));
+    let mut run = Running {
+        system: &mut system,
+        progress: &progress,
+        kind,
+        produced_at: HashMap::new(),
+        samples: Vec::new(),
+        cpu,
+    };
     let started = Instant::now();
     let (messages, rebalances) = match load {
         Load::Peak => (run.peak(args, &prefix, &mut expected, consumers).await?, 0),
@@ -167,8 +178,9 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
     let target = (warm.len() + messages) as u64;
     let drained = run.drain(target, started).await?;
     let mysql_after = progress.mysql_counters().await?;
+    run.cpu.read(children(run.system));
     let load_avg_end = load_average();
-    let Running { produced_at, samples, .. } = run;
+    let Running { produced_at, samples, cpu, .. } = run;
     let rss_mib = rss_hwm_mib(&mut system);
     stop_consumers(&mut system);
     let stopped = stopped_counters(&system.dir.join("logs"))?;
@@ -226,6 +238,7 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
                 log_writes_per_msg: a.log_writes.checked_sub(b.log_writes)? as f64 / finished,
             })
         }),
+        cpu: cpu.per_msg(finished),
         rss_mib,
         in_flight_per_consumer_max: samples_in_flight_max(&progress),
         duplicates: outcome.duplicates,
@@ -312,6 +325,7 @@ struct Running<'a> {
     /// biz_id -> when the producer sent it (ms since the Unix epoch).
     produced_at: HashMap<String, i64>,
     samples: Vec<Sample>,
+    cpu: CpuMeter,
 }
 
 impl Running<'_> {
@@ -434,6 +448,7 @@ impl Running<'_> {
             if dt > 0.0 { done.saturating_sub(last.done) as f64 / dt } else { 0.0 }
         });
         self.samples.push(Sample { t_s, done, done_per_s, p50_ms: None, p99_ms: None, in_flight });
+        self.cpu.read(children(self.system));
         Ok(done)
     }
 
@@ -566,6 +581,16 @@ impl Progress {
 
 fn samples_in_flight_max(progress: &Progress) -> u64 {
     progress.in_flight_per_owner_max.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The lab's children that run, with their roles and pids, for the CPU readings.
+fn children(system: &System) -> Vec<(Role, u32)> {
+    system
+        .processes
+        .names()
+        .into_iter()
+        .filter_map(|name| Some((Role::of_child(&name)?, system.processes.pid(&name)?)))
+        .collect()
 }
 
 /// The highest VmHWM (peak resident set) of the running consumer processes, in MiB.
