@@ -257,10 +257,9 @@ impl Store {
             return Ok(None);
         }
         let txn = self.db.begin().await.during("begin inbox insert", None)?;
-        if self.any_stored(&txn, sagas).await? {
+        let Some(mut first_unfinished) = self.none_stored_then_first_unfinished(&txn, sagas, &fresh).await? else {
             return give_up(txn).await;
-        }
-        let mut first_unfinished = self.first_unfinished_on(&txn, &fresh).await?;
+        };
         for saga in &fresh {
             let first = first_unfinished.entry(read::order_key(saga)).or_insert(saga.source.offset);
             *first = (*first).min(saga.source.offset);
@@ -330,21 +329,6 @@ impl Store {
     async fn give_way(&self, txn: DatabaseTransaction) -> Result<Option<Received>, Error> {
         self.stats.gave_way();
         give_up(txn).await
-    }
-
-    /// Whether any of `sagas`' rows is in the table as `conn` sees it (primary key only).
-    async fn any_stored<C: ConnectionTrait>(&self, conn: &C, sagas: &[Saga]) -> Result<bool, Error> {
-        let ids = dialect::padded(sagas.iter().map(|s| Value::from(s.biz_id.clone())).collect());
-        let sql = format!(
-            "SELECT biz_id FROM {} WHERE biz_id IN ({})",
-            dialect::by_primary_key(self.backend, "saga"),
-            dialect::placeholders(ids.len())
-        );
-        let rows = conn
-            .query_all_raw(Statement::from_sql_and_values(self.backend, sql, ids))
-            .await
-            .during("look for a batch's rows", None)?;
-        Ok(!rows.is_empty())
     }
 
     /// Rows an earlier try of this same call opened and committed, though the caller saw the

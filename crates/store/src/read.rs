@@ -231,7 +231,7 @@ impl Store {
             orders.sort_unstable();
             orders.dedup();
             let orders = dialect::padded(orders);
-            let sql = first_unfinished_sql(self.backend, orders.len());
+            let sql = first_unfinished_sql(self.backend, orders.len(), "");
             let values: Vec<Value> = orders.iter().map(|o| Value::from(*o)).collect();
             let rows = conn
                 .query_all_raw(Statement::from_sql_and_values(self.backend, sql, values))
@@ -246,6 +246,50 @@ impl Store {
             }
         }
         Ok(first_unfinished)
+    }
+
+    /// For the inbox's first path, in one statement: `None` when any of `sagas`' rows is in
+    /// the table, otherwise [`Self::first_unfinished_on`] of `fresh` (at most
+    /// [`BATCH_ROWS_MAX`] of them, as a checked batch is). The two SELECTs of the two
+    /// questions joined by `UNION ALL`, each row marked by which one it answers, so a batch
+    /// pays one round trip for both; they read the same snapshot either way.
+    pub(crate) async fn none_stored_then_first_unfinished<C: ConnectionTrait>(
+        &self,
+        conn: &C,
+        sagas: &[Saga],
+        fresh: &[&Saga],
+    ) -> Result<Option<FirstUnfinished>, Error> {
+        let ids = dialect::padded(sagas.iter().map(|s| Value::from(s.biz_id.clone())).collect());
+        let mut orders: Vec<&str> = fresh.iter().map(|s| s.order_no.as_str()).collect();
+        orders.sort_unstable();
+        orders.dedup();
+        let orders = dialect::padded(orders);
+        let sql = stored_or_first_unfinished_sql(self.backend, orders.len(), ids.len());
+        let mut values: Vec<Value> = orders.iter().map(|o| Value::from(*o)).collect();
+        values.extend(ids);
+        let operation = "look for a batch's rows and earlier sagas of its orders";
+        let rows = conn
+            .query_all_raw(Statement::from_sql_and_values(self.backend, sql, values))
+            .await
+            .during(operation, None)?;
+        let mut first_unfinished = FirstUnfinished::new();
+        for row in rows {
+            // Integer literals are BIGINT on MySQL, so the union's integer columns are too.
+            let stored: i64 = row.try_get("", "stored").during(operation, None)?;
+            if stored != 0 {
+                return Ok(None);
+            }
+            let order: String = row.try_get("", "order_no").during(operation, None)?;
+            let topic: String = row.try_get("", "src_topic").during(operation, None)?;
+            let partition: i64 = row.try_get("", "src_partition").during(operation, None)?;
+            let partition = i32::try_from(partition).map_err(|_| Error::Corrupt {
+                biz_id: order.clone(),
+                message: format!("source partition {partition} is out of range"),
+            })?;
+            let first: i64 = row.try_get("", "first_offset").during(operation, None)?;
+            first_unfinished.insert((order, topic, partition), first);
+        }
+        Ok(Some(first_unfinished))
     }
 
     /// Sagas in `status` (served by the `saga_recovery` index: one range, no table rows read).
@@ -330,9 +374,22 @@ pub(crate) fn held_back(sagas: &[&Saga], first_unfinished: &FirstUnfinished) -> 
 /// The earliest unfinished saga of each of `orders` order numbers, per source partition, read
 /// through the `saga_order` index (a batch's list is longer than MySQL plans from a look at the
 /// index; see [`dialect::through_index`]).
-fn first_unfinished_sql(backend: sea_orm::DbBackend, orders: usize) -> String {
+/// [`Store::none_stored_then_first_unfinished`]'s statement: the per-order question's rows
+/// (`stored` 0), then a row for each of `ids` that is stored (`stored` 1). The first SELECT's
+/// columns name the union's.
+fn stored_or_first_unfinished_sql(backend: sea_orm::DbBackend, orders: usize, ids: usize) -> String {
     format!(
-        "SELECT order_no, src_topic, src_partition, MIN(src_offset) AS first_offset FROM {} \
+        "{} UNION ALL SELECT biz_id, '', 0, 0, 1 FROM {} WHERE biz_id IN ({})",
+        first_unfinished_sql(backend, orders, ", 0 AS stored"),
+        dialect::by_primary_key(backend, "saga"),
+        dialect::placeholders(ids)
+    )
+}
+
+/// The per-order question's SELECT, with `extra` appended to its columns.
+fn first_unfinished_sql(backend: sea_orm::DbBackend, orders: usize, extra: &str) -> String {
+    format!(
+        "SELECT order_no, src_topic, src_partition, MIN(src_offset) AS first_offset{extra} FROM {} \
          WHERE order_no IN ({}) AND status NOT IN ({}) GROUP BY order_no, src_topic, src_partition",
         dialect::through_index(backend, "saga", "saga_order"),
         dialect::placeholders(orders),
@@ -382,7 +439,7 @@ mod tests {
             .collect();
         store.insert_arrivals(&sagas, "c1", 60_000, "consumer:c1").await.expect("insert");
         let values: Vec<Value> = sagas[..256].iter().map(|s| Value::from(s.order_no.clone())).collect();
-        let sql = super::first_unfinished_sql(store.backend, values.len());
+        let sql = super::first_unfinished_sql(store.backend, values.len(), "");
         let (explain, column) = match store.backend {
             DbBackend::MySql => ("EXPLAIN", "key"),
             _ => ("EXPLAIN QUERY PLAN", "detail"),
@@ -399,4 +456,62 @@ mod tests {
         assert!(plan.iter().any(|step| step.contains("saga_order")), "plan {plan:?} does not use saga_order");
     }
     crate::both_engines!(batch_order_check_uses_its_index, batch_order_check_reads_through_its_index);
+
+    /// The inbox's one statement for both of its first questions: a stored row of the batch
+    /// makes it `None`; otherwise each order's first unfinished offset per partition, counting
+    /// only unfinished sagas. On MySQL its two halves go through `saga_order` and the primary
+    /// key, not over the table.
+    async fn stored_or_first_unfinished_answers_both(db: &TestDb) {
+        let store = &db.store;
+        let now = store.now_ms().await.expect("clock");
+        let saga = |order: &str, event: &str, partition: i32, offset: i64| {
+            let mut order = order_event(order);
+            order.event_type = event.to_owned();
+            let source = Source { topic: "orders".into(), partition, offset };
+            Saga::received(&order, source, now, now + 600_000)
+        };
+        // Stored: ORD-A at offset 1 (finished) and 3 (unfinished) on partition 0 and at 9 on
+        // partition 2; ORD-B at 5 on partition 1.
+        let done = saga("ORD-A", "E1", 0, 1);
+        let stored = [done.clone(), saga("ORD-A", "E3", 0, 3), saga("ORD-A", "E9", 2, 9), saga("ORD-B", "E5", 1, 5)];
+        store.insert_arrivals(&stored, "c1", 60_000, "consumer:c1").await.expect("insert");
+        store
+            .db
+            .execute_raw(Statement::from_sql_and_values(
+                store.backend,
+                "UPDATE saga SET status = 'DONE' WHERE biz_id = ?",
+                [Value::from(done.biz_id.clone())],
+            ))
+            .await
+            .expect("finish one");
+        let batch = [saga("ORD-A", "E20", 0, 20), saga("ORD-C", "E21", 0, 21)];
+        let fresh: Vec<&Saga> = batch.iter().collect();
+        let answer = store.none_stored_then_first_unfinished(&store.db, &batch, &fresh).await.expect("query");
+        let expected: super::FirstUnfinished =
+            [(("ORD-A".to_owned(), "orders".to_owned(), 0), 3), (("ORD-A".to_owned(), "orders".to_owned(), 2), 9)]
+                .into_iter()
+                .collect();
+        assert_eq!(answer, Some(expected), "ORD-B is not in the batch and ORD-A's finished saga does not count");
+        let with_stored = [batch[0].clone(), stored[3].clone(), batch[1].clone()];
+        let fresh: Vec<&Saga> = with_stored.iter().collect();
+        let answer = store.none_stored_then_first_unfinished(&store.db, &with_stored, &fresh).await.expect("query");
+        assert_eq!(answer, None, "ORD-B's row is stored");
+
+        if store.backend == DbBackend::MySql {
+            let sql = super::stored_or_first_unfinished_sql(store.backend, 2, 4);
+            let values: Vec<Value> = ["ORD-A", "ORD-C", "ORD-A:E20", "ORD-C:E21", "ORD-C:E21", "ORD-C:E21"]
+                .into_iter()
+                .map(Value::from)
+                .collect();
+            let rows = store
+                .db
+                .query_all_raw(Statement::from_sql_and_values(store.backend, format!("EXPLAIN {sql}"), values))
+                .await
+                .expect("explain");
+            let keys: Vec<String> =
+                rows.iter().filter_map(|row| row.try_get::<Option<String>>("", "key").expect("key column")).collect();
+            assert_eq!(keys, ["saga_order", "PRIMARY"], "plan keys {keys:?}");
+        }
+    }
+    crate::both_engines!(stored_or_first_unfinished, stored_or_first_unfinished_answers_both);
 }
