@@ -274,7 +274,7 @@ impl Store {
             .during(operation, None)?;
         let mut first_unfinished = FirstUnfinished::new();
         for row in rows {
-            // Integer literals are BIGINT on MySQL, so the union's integer columns are too.
+            // Decoded as i64: the union's integer columns are INT or BIGINT depending on the server.
             let stored: i64 = row.try_get("", "stored").during(operation, None)?;
             if stored != 0 {
                 return Ok(None);
@@ -371,9 +371,6 @@ pub(crate) fn held_back(sagas: &[&Saga], first_unfinished: &FirstUnfinished) -> 
         .collect()
 }
 
-/// The earliest unfinished saga of each of `orders` order numbers, per source partition, read
-/// through the `saga_order` index (a batch's list is longer than MySQL plans from a look at the
-/// index; see [`dialect::through_index`]).
 /// [`Store::none_stored_then_first_unfinished`]'s statement: the per-order question's rows
 /// (`stored` 0), then a row for each of `ids` that is stored (`stored` 1). The first SELECT's
 /// columns name the union's.
@@ -386,7 +383,9 @@ fn stored_or_first_unfinished_sql(backend: sea_orm::DbBackend, orders: usize, id
     )
 }
 
-/// The per-order question's SELECT, with `extra` appended to its columns.
+/// The earliest unfinished saga of each of `orders` order numbers, per source partition, read
+/// through the `saga_order` index (a batch's list is longer than MySQL plans from a look at the
+/// index; see [`dialect::through_index`]), with `extra` appended to its columns.
 fn first_unfinished_sql(backend: sea_orm::DbBackend, orders: usize, extra: &str) -> String {
     format!(
         "SELECT order_no, src_topic, src_partition, MIN(src_offset) AS first_offset{extra} FROM {} \
@@ -484,14 +483,17 @@ mod tests {
             ))
             .await
             .expect("finish one");
-        let batch = [saga("ORD-A", "E20", 0, 20), saga("ORD-C", "E21", 0, 21)];
-        let fresh: Vec<&Saga> = batch.iter().collect();
+        // A parked arrival (not stored yet) is looked for as a row but asks no order question.
+        let mut parked = saga("ORD-B", "E22", 1, 22);
+        parked.status = midflight_model::Status::Parked;
+        let batch = [saga("ORD-A", "E20", 0, 20), saga("ORD-C", "E21", 0, 21), parked];
+        let fresh: Vec<&Saga> = batch[..2].iter().collect();
         let answer = store.none_stored_then_first_unfinished(&store.db, &batch, &fresh).await.expect("query");
         let expected: super::FirstUnfinished =
             [(("ORD-A".to_owned(), "orders".to_owned(), 0), 3), (("ORD-A".to_owned(), "orders".to_owned(), 2), 9)]
                 .into_iter()
                 .collect();
-        assert_eq!(answer, Some(expected), "ORD-B is not in the batch and ORD-A's finished saga does not count");
+        assert_eq!(answer, Some(expected), "ORD-B asks nothing and ORD-A's finished saga does not count");
         let with_stored = [batch[0].clone(), stored[3].clone(), batch[1].clone()];
         let fresh: Vec<&Saga> = with_stored.iter().collect();
         let answer = store.none_stored_then_first_unfinished(&store.db, &with_stored, &fresh).await.expect("query");

@@ -43,7 +43,8 @@ impl Role {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct CpuPerMsg {
     pub consumers_ms: f64,
-    pub recovery_ms: f64,
+    /// `None` when the system has no recovery worker.
+    pub recovery_ms: Option<f64>,
     pub mocks_ms: f64,
     /// The lab process: the embedded Kafka cluster, the producer and the phase's own polling.
     pub lab_ms: f64,
@@ -67,14 +68,16 @@ pub fn process_ticks(stat: &str) -> Option<u64> {
     Some(utime + stime)
 }
 
-/// The box's (busy, total) clock ticks over every core, from the text of `/proc/stat`. Idle
-/// and I/O wait are not busy; guest time is already inside user time and is not added again.
+/// The box's (busy, total) clock ticks over every core, from the text of `/proc/stat`: busy
+/// is user, nice, system, irq and softirq; total adds idle and I/O wait. Steal (time a
+/// virtual machine's hypervisor gave to others) is in neither; guest time is already inside
+/// user time and is not added again.
 pub fn box_ticks(stat: &str) -> Option<(u64, u64)> {
     let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-    let values: Vec<u64> = line.split_whitespace().skip(1).take(8).map(|v| v.parse().ok()).collect::<Option<_>>()?;
-    let total: u64 = values.iter().sum();
-    let idle = values.get(3)? + values.get(4)?;
-    Some((total - idle, total))
+    let values: Vec<u64> = line.split_whitespace().skip(1).take(7).map(|v| v.parse().ok()).collect::<Option<_>>()?;
+    let &[user, nice, system, idle, iowait, irq, softirq] = values.as_slice() else { return None };
+    let busy = user + nice + system + irq + softirq;
+    Some((busy, busy + idle + iowait))
 }
 
 /// Clock ticks per second of the `/proc` times (`getconf CLK_TCK`; 100 on Linux if that fails).
@@ -115,7 +118,10 @@ fn database_pids() -> Vec<u32> {
         .collect()
 }
 
-/// Readings taken through a phase.
+/// Readings taken through a phase. A process is read at every sample while it runs, and the
+/// phase reads a consumer right after it starts and right before it is asked to leave, so
+/// little of a process that comes or goes is missed; a process that has exited is not read
+/// again (its pid may be reused).
 #[derive(Debug)]
 pub struct CpuMeter {
     ticks_per_s: f64,
@@ -174,10 +180,11 @@ impl CpuMeter {
                 .map(|(_, (first, last))| last.saturating_sub(*first))
                 .sum()
         };
+        let seen = |wanted: Role| self.processes.keys().any(|(role, _)| *role == wanted);
         let busy = last.0.saturating_sub(first.0);
         Some(CpuPerMsg {
             consumers_ms: per_msg(role(Role::Consumers)),
-            recovery_ms: per_msg(role(Role::Recovery)),
+            recovery_ms: seen(Role::Recovery).then(|| per_msg(role(Role::Recovery))),
             mocks_ms: per_msg(role(Role::Mocks)),
             lab_ms: per_msg(role(Role::Lab)),
             database_ms: (!self.database.is_empty()).then(|| per_msg(role(Role::Database))),
@@ -203,8 +210,10 @@ mod tests {
     #[test]
     fn box_ticks_leaves_out_idle_and_iowait() {
         let stat = "cpu  100 5 50 800 40 3 2 0 0 0\ncpu0 50 2 25 400 20 1 1 0 0 0\n";
-        // user nice system idle iowait irq softirq steal: busy 100+5+50+3+2+0, total 1,000.
+        // user nice system idle iowait irq softirq steal: busy 100+5+50+3+2, total busy+800+40.
         assert_eq!(box_ticks(stat), Some((160, 1_000)));
+        // Steal is neither busy nor idle.
+        assert_eq!(box_ticks("cpu  100 5 50 800 40 3 2 60 0 0\n"), Some((160, 1_000)));
         assert_eq!(box_ticks("intr 1 2 3\n"), None);
     }
 
@@ -213,6 +222,7 @@ mod tests {
         assert!(names_this_machine("mysql://root@127.0.0.1:3306/test"));
         assert!(names_this_machine("mysql://user:pw@localhost/test?ssl-mode=disabled"));
         assert!(names_this_machine("mysql://root@[::1]:3306/test"));
+        assert!(names_this_machine("mysql:///test"), "no host: the local socket");
         assert!(!names_this_machine("mysql://root@db.internal:3306/test"));
         assert!(!names_this_machine("mysql://root:p@ss@10.0.0.7/test"));
     }
@@ -242,7 +252,7 @@ mod tests {
         let got = meter.per_msg(10).expect("readings");
         assert_eq!(got.consumers_ms, 110.0);
         assert_eq!(got.database_ms, Some(100.0));
-        assert_eq!(got.recovery_ms, 0.0);
+        assert_eq!(got.recovery_ms, None, "no recovery worker was read");
         assert_eq!(got.box_ms, 300.0);
         assert_eq!(got.box_busy_pct, 75.0);
         assert_eq!(meter.per_msg(0), None, "no messages, no rate");

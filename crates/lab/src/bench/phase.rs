@@ -158,7 +158,7 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
     let load_avg_start = load_average();
     let mysql_before = progress.mysql_counters().await?;
     let mut cpu = CpuMeter::new(system.spec.mysql_url.as_deref());
-    cpu.read(children(&system));
+    cpu.read(children(&mut system));
     let mut run = Running {
         system: &mut system,
         progress: &progress,
@@ -419,7 +419,14 @@ impl Running<'_> {
             started.elapsed().as_secs_f64(),
             if joining { "joins" } else { "leaves" }
         );
-        if joining { self.system.start_consumer(index) } else { self.system.signal(&name, Signal::Term) }
+        if joining {
+            self.system.start_consumer(index)?;
+        } else {
+            self.cpu.read(children(self.system));
+            self.system.signal(&name, Signal::Term)?;
+        }
+        self.cpu.read(children(self.system));
+        Ok(())
     }
 
     /// Until every message produced is finished, or the deadline.
@@ -583,14 +590,18 @@ fn samples_in_flight_max(progress: &Progress) -> u64 {
     progress.in_flight_per_owner_max.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// The lab's children that run, with their roles and pids, for the CPU readings.
-fn children(system: &System) -> Vec<(Role, u32)> {
-    system
-        .processes
-        .names()
-        .into_iter()
-        .filter_map(|name| Some((Role::of_child(&name)?, system.processes.pid(&name)?)))
-        .collect()
+/// The lab's children that still run, with their roles and pids, for the CPU readings.
+fn children(system: &mut System) -> Vec<(Role, u32)> {
+    let mut out = Vec::new();
+    for name in system.processes.names() {
+        let Some(role) = Role::of_child(&name) else { continue };
+        if system.processes.is_running(&name)
+            && let Some(pid) = system.processes.pid(&name)
+        {
+            out.push((role, pid));
+        }
+    }
+    out
 }
 
 /// The highest VmHWM (peak resident set) of the running consumer processes, in MiB.
