@@ -227,22 +227,14 @@ impl Store {
     ) -> Result<FirstUnfinished, Error> {
         let mut first_unfinished = FirstUnfinished::new();
         for chunk in sagas.chunks(BATCH_ROWS_MAX) {
-            let mut orders: Vec<&str> = chunk.iter().map(|s| s.order_no.as_str()).collect();
-            orders.sort_unstable();
-            orders.dedup();
-            let orders = dialect::padded(orders);
+            let orders = padded_orders(chunk);
             let sql = first_unfinished_sql(self.backend, orders.len(), "");
-            let values: Vec<Value> = orders.iter().map(|o| Value::from(*o)).collect();
             let rows = conn
-                .query_all_raw(Statement::from_sql_and_values(self.backend, sql, values))
+                .query_all_raw(Statement::from_sql_and_values(self.backend, sql, orders))
                 .await
                 .during("check earlier sagas of a batch's orders", None)?;
             for row in rows {
-                let order: String = row.try_get("", "order_no").during("read earlier sagas", None)?;
-                let topic: String = row.try_get("", "src_topic").during("read earlier sagas", None)?;
-                let partition: i32 = row.try_get("", "src_partition").during("read earlier sagas", None)?;
-                let first: i64 = row.try_get("", "first_offset").during("read earlier sagas", None)?;
-                first_unfinished.insert((order, topic, partition), first);
+                note_first_unfinished(&row, &mut first_unfinished, "read earlier sagas")?;
             }
         }
         Ok(first_unfinished)
@@ -260,12 +252,8 @@ impl Store {
         fresh: &[&Saga],
     ) -> Result<Option<FirstUnfinished>, Error> {
         let ids = dialect::padded(sagas.iter().map(|s| Value::from(s.biz_id.clone())).collect());
-        let mut orders: Vec<&str> = fresh.iter().map(|s| s.order_no.as_str()).collect();
-        orders.sort_unstable();
-        orders.dedup();
-        let orders = dialect::padded(orders);
-        let sql = stored_or_first_unfinished_sql(self.backend, orders.len(), ids.len());
-        let mut values: Vec<Value> = orders.iter().map(|o| Value::from(*o)).collect();
+        let mut values = padded_orders(fresh);
+        let sql = stored_or_first_unfinished_sql(self.backend, values.len(), ids.len());
         values.extend(ids);
         let operation = "look for a batch's rows and earlier sagas of its orders";
         let rows = conn
@@ -279,15 +267,7 @@ impl Store {
             if stored != 0 {
                 return Ok(None);
             }
-            let order: String = row.try_get("", "order_no").during(operation, None)?;
-            let topic: String = row.try_get("", "src_topic").during(operation, None)?;
-            let partition: i64 = row.try_get("", "src_partition").during(operation, None)?;
-            let partition = i32::try_from(partition).map_err(|_| Error::Corrupt {
-                biz_id: order.clone(),
-                message: format!("source partition {partition} is out of range"),
-            })?;
-            let first: i64 = row.try_get("", "first_offset").during(operation, None)?;
-            first_unfinished.insert((order, topic, partition), first);
+            note_first_unfinished(&row, &mut first_unfinished, operation)?;
         }
         Ok(Some(first_unfinished))
     }
@@ -369,6 +349,34 @@ pub(crate) fn held_back(sagas: &[&Saga], first_unfinished: &FirstUnfinished) -> 
         .filter(|saga| first_unfinished.get(&order_key(saga)).is_some_and(|first| *first < saga.source.offset))
         .map(|saga| saga.biz_id.clone())
         .collect()
+}
+
+/// The distinct order numbers of `sagas`, sorted and padded ([`dialect::padded`]): the list of
+/// the per-order question.
+fn padded_orders(sagas: &[&Saga]) -> Vec<Value> {
+    let mut orders: Vec<&str> = sagas.iter().map(|s| s.order_no.as_str()).collect();
+    orders.sort_unstable();
+    orders.dedup();
+    dialect::padded(orders).into_iter().map(Value::from).collect()
+}
+
+/// One row of the per-order question (`first_unfinished_sql`), filed in `first_unfinished`.
+/// The partition is read as i64, which an INT column and the union's INT or BIGINT both give.
+fn note_first_unfinished(
+    row: &sea_orm::QueryResult,
+    first_unfinished: &mut FirstUnfinished,
+    operation: &'static str,
+) -> Result<(), Error> {
+    let order: String = row.try_get("", "order_no").during(operation, None)?;
+    let topic: String = row.try_get("", "src_topic").during(operation, None)?;
+    let partition: i64 = row.try_get("", "src_partition").during(operation, None)?;
+    let partition = i32::try_from(partition).map_err(|_| Error::Corrupt {
+        biz_id: order.clone(),
+        message: format!("source partition {partition} is out of range"),
+    })?;
+    let first: i64 = row.try_get("", "first_offset").during(operation, None)?;
+    first_unfinished.insert((order, topic, partition), first);
+    Ok(())
 }
 
 /// [`Store::none_stored_then_first_unfinished`]'s statement: the per-order question's rows

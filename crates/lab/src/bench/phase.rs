@@ -607,11 +607,7 @@ fn children(system: &mut System) -> Vec<(Role, u32)> {
 /// The highest VmHWM (peak resident set) of the running consumer processes, in MiB.
 fn rss_hwm_mib(system: &mut System) -> f64 {
     let mut max_kib = 0_u64;
-    for name in system.processes.names().into_iter().filter(|n| n.starts_with("consumer-")) {
-        if !system.processes.is_running(&name) {
-            continue;
-        }
-        let Some(pid) = system.processes.pid(&name) else { continue };
+    for (_, pid) in children(system).into_iter().filter(|(role, _)| *role == Role::Consumers) {
         let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { continue };
         for line in status.lines().filter(|l| l.starts_with("VmHWM:")) {
             let kib = line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0);
