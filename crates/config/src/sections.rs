@@ -117,11 +117,6 @@ pub struct DatabaseSection {
     /// moderate rate is a single transition paying a whole transaction's round trips alone.
     /// Every transition of a group may wait this long, so it adds up to this much per step.
     pub group_commit_linger_ms: u64,
-    /// MySQL: a transition written alone (a group of one, as at a moderate rate) goes to the
-    /// server as one text request (`BEGIN`, its compare-and-set, its other writes each guarded
-    /// by that compare-and-set's outcome, `COMMIT`) instead of one prepared statement per round
-    /// trip. The outcome and what is written are the same either way. SQLite ignores it.
-    pub one_round_trip: bool,
 }
 
 impl Default for DatabaseSection {
@@ -134,7 +129,6 @@ impl Default for DatabaseSection {
             group_commit_max: 256,
             group_commit_concurrency: 4,
             group_commit_linger_ms: 0,
-            one_round_trip: true,
         }
     }
 }

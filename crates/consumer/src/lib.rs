@@ -147,7 +147,6 @@ pub async fn run_with<D: Downstream>(
         retried = stats.retried,
         opened_on_insert = stats.opened_on_insert,
         gave_way = stats.gave_way,
-        one_request = stats.one_trip,
         "consumer stopped"
     );
     result

@@ -23,10 +23,11 @@
 //! `compare_and_set`), each row still matched by its own member's version and epoch; a chunk
 //! that applied only in part is redone member by member. On this box that took the store
 //! benchmark from about 3,300 to 5,000 sagas/s on MariaDB and from 3,100 to 4,200 on SQLite
-//! (BENCHMARKS.md). Sending a whole group's statements as one multi-statement text request
-//! (values written into the text) was measured earlier and dropped: MariaDB spent on parsing the
-//! text what the round trips had cost. A group of one, on MySQL, is sent that way
-//! (`one_trip.rs`): its text is short, and it would otherwise pay four to six round trips alone.
+//! (BENCHMARKS.md). Sending a group's statements as one multi-statement text request (values
+//! written into the text) was measured and dropped twice: for the large groups of the peak, and
+//! for groups of one at 300 msg/s (each transition's `BEGIN` ... `COMMIT` as one request, its
+//! writes guarded by its compare-and-set's rows affected). Both times MariaDB spent on parsing
+//! the text what the round trips had cost (BENCHMARKS.md, "One request per transition").
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -144,15 +145,6 @@ impl Store {
     }
 
     async fn try_write_group(&self, members: &[Member]) -> Result<Vec<bool>, Error> {
-        // Boxed: inline, this future nests deep enough to pass the compiler's layout limit
-        // in the callers' futures (the recovery worker's release build).
-        if let [member] = members
-            && let Some(applied) = Box::pin(self.write_in_one_trip(member)).await?
-        {
-            self.stats.batch_committed();
-            self.stats.transitions_written(u64::from(applied));
-            return Ok(vec![applied]);
-        }
         let mut txn = self.db.begin().await.during("begin transition group", None)?;
         let applied = match self.compare_and_set_chunks(&txn, members).await? {
             Some(applied) => applied,

@@ -23,7 +23,6 @@ mod inbox;
 mod lease;
 mod lookup;
 mod migrate;
-mod one_trip;
 mod operator;
 mod outbox;
 mod read;
@@ -87,8 +86,6 @@ pub struct Store {
     stats: std::sync::Arc<stats::Stats>,
     /// Where transitions go when they are grouped ([`DatabaseSection::group_commit_max`] > 1).
     group: Option<std::sync::Arc<group::GroupCommit>>,
-    /// A transition written alone goes as one request on MySQL ([`DatabaseSection::one_round_trip`]).
-    one_trip: bool,
 }
 
 impl Store {
@@ -117,7 +114,6 @@ impl Store {
             .await
             .map_err(|source| Error::Connect { url: midflight_config::redact_url(&section.url), source })?;
         let mut store = Store::from_connection(db).await?;
-        store.one_trip = section.one_round_trip;
         if section.group_commit_max > 1 {
             // SQLite has one writer at a time: concurrent groups would only wait on each other.
             // Everything else (inbox, leases, relay, reads) keeps at least one connection.
@@ -136,15 +132,14 @@ impl Store {
         Ok(store)
     }
 
-    /// Wraps an existing connection (tests, tools): a sqlx pool, as [`Store::connect`] makes
-    /// (a transition written alone on MySQL takes a connection of its own from that pool).
+    /// Wraps an existing connection (tests, tools).
     pub async fn from_connection(db: DatabaseConnection) -> Result<Store, Error> {
         let backend = db.get_database_backend();
         if !matches!(backend, DbBackend::MySql | DbBackend::Sqlite) {
             return Err(Error::Invalid(format!("unsupported database backend {backend:?}: use MySQL or SQLite")));
         }
         let clock = clock::DbClock::measure(&db, backend).await?;
-        Ok(Store { db, backend, clock, stats: std::sync::Arc::default(), group: None, one_trip: true })
+        Ok(Store { db, backend, clock, stats: std::sync::Arc::default(), group: None })
     }
 
     /// Applies any migration file the database does not have yet.

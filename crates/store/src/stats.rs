@@ -17,7 +17,6 @@ pub(crate) struct Stats {
     retried: AtomicU64,
     opened_on_insert: AtomicU64,
     gave_way: AtomicU64,
-    one_trip: AtomicU64,
 }
 
 /// A reading of the counters.
@@ -38,9 +37,6 @@ pub struct StoreStats {
     /// Inbox transactions of that path that read back a row they had not inserted (another
     /// transaction inserted it meanwhile), were rolled back and took the general path.
     pub gave_way: u64,
-    /// Transition transactions sent as one request (MySQL, a transition written alone), applied
-    /// or not ([`crate::one_trip`]).
-    pub one_trip: u64,
 }
 
 impl Stats {
@@ -65,10 +61,6 @@ impl Stats {
         self.gave_way.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn one_trip(&self) {
-        self.one_trip.fetch_add(1, Ordering::Relaxed);
-    }
-
     pub(crate) fn retried(&self) {
         self.retried.fetch_add(1, Ordering::Relaxed);
     }
@@ -81,7 +73,6 @@ impl Stats {
             retried: self.retried.load(Ordering::Relaxed),
             opened_on_insert: self.opened_on_insert.load(Ordering::Relaxed),
             gave_way: self.gave_way.load(Ordering::Relaxed),
-            one_trip: self.one_trip.load(Ordering::Relaxed),
         }
     }
 }

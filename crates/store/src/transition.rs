@@ -164,17 +164,6 @@ impl Store {
 
     /// One transaction writing the single `members[0]`; whether its compare-and-set applied.
     async fn write_one(&self, members: &[Member]) -> Result<bool, Error> {
-        // Boxed: inline, this future nests deep enough to pass the compiler's layout limit
-        // in the callers' futures (the recovery worker's release build).
-        if let [member] = members
-            && let Some(applied) = Box::pin(self.write_in_one_trip(member)).await?
-        {
-            if applied {
-                self.stats.write_committed();
-                self.stats.transitions_written(1);
-            }
-            return Ok(applied);
-        }
         let some = members.first().map(|member| member.before.biz_id.as_str());
         let txn = self.db.begin().await.during("begin transition", some)?;
         let applied = self.compare_and_set_each(&txn, members).await?;
@@ -253,7 +242,7 @@ impl Store {
         applied: &[bool],
     ) -> Result<(), Error> {
         let written = written(members, applied);
-        for step in self.follow_ups(&written, None) {
+        for step in self.follow_ups(&written) {
             txn.execute_raw(step.statement).await.during(step.operation, Some(&step.biz_id))?;
         }
         for member in &written {
@@ -293,7 +282,7 @@ impl Store {
 
     /// The compare-and-set of one member: its UPDATE matches only the version and lease epoch
     /// it read, so one row affected means applied and none means conflict.
-    pub(crate) fn update_statement(&self, member: &Member) -> Statement {
+    fn update_statement(&self, member: &Member) -> Statement {
         let now = dialect::now_ms(self.backend);
         let assignments: Vec<String> = CAS_COLUMNS.iter().map(|column| format!("{column} = ?")).collect();
         let sql = format!(
@@ -351,29 +340,21 @@ impl Store {
     /// Everything the applied members write besides their compare-and-set and tickets (a
     /// ticket reads the log first, so the caller opens it after these): log rows, business
     /// rows, outbox rows. Rows of one kind share multi-row statements.
-    ///
-    /// With a `guard` (an SQL condition; MySQL only), every statement writes only while the
-    /// guard holds, for a transaction sent as one text request ([`crate::one_trip`]): each
-    /// UPDATE has it in its WHERE, and each row is its own `INSERT ... SELECT ... FROM DUAL
-    /// WHERE` guard.
-    pub(crate) fn follow_ups(&self, written: &[&Member], guard: Option<&str>) -> Vec<FollowUp> {
+    fn follow_ups(&self, written: &[&Member]) -> Vec<FollowUp> {
         let mut steps = Vec::new();
-        self.log_rows(written, guard, &mut steps);
+        self.log_rows(written, &mut steps);
         let inserts: Vec<&Saga> =
             written.iter().filter(|m| m.change.business == Some(BusinessWrite::Write)).map(|m| &m.next).collect();
-        self.insert_orders(&inserts, guard, &mut steps);
+        self.insert_orders(&inserts, &mut steps);
         let fulfilled: Vec<&Saga> =
             written.iter().filter(|m| m.change.business == Some(BusinessWrite::Fulfil)).map(|m| &m.next).collect();
-        self.fulfil_orders(&fulfilled, guard, &mut steps);
+        self.fulfil_orders(&fulfilled, &mut steps);
         for member in written.iter().filter(|m| m.change.business == Some(BusinessWrite::Reverse)) {
             let saga = &member.next;
             steps.push(FollowUp {
                 statement: Statement::from_sql_and_values(
                     self.backend,
-                    format!(
-                        "UPDATE orders SET status = 'REVERSED', updated_at_ms = ? WHERE biz_id = ?{}",
-                        guarded(guard)
-                    ),
+                    "UPDATE orders SET status = 'REVERSED', updated_at_ms = ? WHERE biz_id = ?",
                     [saga.updated_at_ms.into(), saga.biz_id.clone().into()],
                 ),
                 operation: "write business row",
@@ -381,12 +362,12 @@ impl Store {
             });
         }
         let notified: Vec<&Saga> = written.iter().filter(|m| m.change.notify).map(|m| &m.next).collect();
-        self.insert_outbox(&notified, guard, &mut steps);
+        self.insert_outbox(&notified, &mut steps);
         steps
     }
 
     /// The log rows of every member's edges.
-    fn log_rows(&self, members: &[&Member], guard: Option<&str>, steps: &mut Vec<FollowUp>) {
+    fn log_rows(&self, members: &[&Member], steps: &mut Vec<FollowUp>) {
         let mut rows: Vec<[Value; 8]> = Vec::new();
         for member in members {
             for (index, (from, to, version)) in member.change.edges(&member.before).into_iter().enumerate() {
@@ -409,46 +390,30 @@ impl Store {
         let first = members.first().map(|m| m.before.biz_id.clone()).unwrap_or_default();
         self.insert_rows(
             (
-                "INSERT INTO saga_transition (biz_id, version, from_status, to_status, lease_epoch, actor, reason, at_ms, call_ms)",
+                "INSERT INTO saga_transition (biz_id, version, from_status, to_status, lease_epoch, actor, reason, at_ms, call_ms) VALUES",
                 &format!("(?, ?, ?, ?, ?, ?, ?, {now}, ?)"),
                 "",
             ),
             rows,
             Pad::Split,
-            guard,
             ("append transition log", &first),
             steps,
         );
     }
 
-    /// `rows` as multi-row INSERTs (`head VALUES row, row, ...tail`, one `row` template each),
-    /// each of a power-of-two row count (so each connection keeps a few statement shapes
-    /// prepared): see [`Pad`]. With a `guard`, one `head SELECT row FROM DUAL WHERE guard tail`
-    /// per row instead ([`Self::follow_ups`]).
-    #[allow(clippy::too_many_arguments)]
+    /// `rows` as multi-row INSERTs of `head`, one `row` template each, then `tail`, each of a
+    /// power-of-two row count (so each connection keeps a few statement shapes prepared): see
+    /// [`Pad`].
     fn insert_rows<const N: usize>(
         &self,
         (head, row, tail): (&str, &str, &str),
         rows: Vec<[Value; N]>,
         pad: Pad,
-        guard: Option<&str>,
         (operation, biz_id): (&'static str, &str),
         steps: &mut Vec<FollowUp>,
     ) {
-        if let Some(guard) = guard {
-            let inner = row.strip_prefix('(').and_then(|row| row.strip_suffix(')')).unwrap_or(row);
-            let sql = format!("{head} SELECT {inner} FROM DUAL WHERE {guard}{tail}");
-            for values in rows {
-                steps.push(FollowUp {
-                    statement: Statement::from_sql_and_values(self.backend, sql.clone(), values),
-                    operation,
-                    biz_id: biz_id.to_owned(),
-                });
-            }
-            return;
-        }
         for chunk in pad.chunks(rows) {
-            let sql = format!("{head} VALUES {}{tail}", vec![row; chunk.len()].join(", "));
+            let sql = format!("{head} {}{tail}", vec![row; chunk.len()].join(", "));
             let values: Vec<Value> = chunk.into_iter().flatten().collect();
             steps.push(FollowUp {
                 statement: Statement::from_sql_and_values(self.backend, sql, values),
@@ -460,7 +425,7 @@ impl Store {
 
     /// Step 1's business rows (`BusinessWrite::Write`); a row that exists already is left
     /// alone (the unique biz_id absorbs a repeat).
-    fn insert_orders(&self, sagas: &[&Saga], guard: Option<&str>, steps: &mut Vec<FollowUp>) {
+    fn insert_orders(&self, sagas: &[&Saga], steps: &mut Vec<FollowUp>) {
         let rows: Vec<[Value; 6]> = sagas
             .iter()
             .map(|saga| {
@@ -478,13 +443,12 @@ impl Store {
         let first = sagas.first().map(|s| s.biz_id.clone()).unwrap_or_default();
         self.insert_rows(
             (
-                "INSERT INTO orders (biz_id, order_no, event_type, status, amount_cents, tracking_no, created_at_ms, updated_at_ms)",
+                "INSERT INTO orders (biz_id, order_no, event_type, status, amount_cents, tracking_no, created_at_ms, updated_at_ms) VALUES",
                 "(?, ?, ?, 'FULFILLING', ?, NULL, ?, ?)",
                 &dialect::on_conflict_do_nothing(self.backend, "biz_id"),
             ),
             rows,
             Pad::Repeat,
-            guard,
             ("write business row", &first),
             steps,
         );
@@ -494,15 +458,14 @@ impl Store {
     /// UPDATE per chunk of up to [`INSERT_ROWS_MAX`], padded like an IN list
     /// ([`dialect::padded`]: a repeated biz_id's `WHEN` is never reached and its row is
     /// updated once), each row's values picked by its biz_id.
-    fn fulfil_orders(&self, sagas: &[&Saga], guard: Option<&str>, steps: &mut Vec<FollowUp>) {
+    fn fulfil_orders(&self, sagas: &[&Saga], steps: &mut Vec<FollowUp>) {
         for chunk in Pad::Repeat.chunks(sagas.to_vec()) {
             let cases = vec!["WHEN ? THEN ?"; chunk.len()].join(" ");
             let sql = format!(
                 "UPDATE {} SET status = 'SHIPPED', tracking_no = CASE biz_id {cases} END, \
-                 updated_at_ms = CASE biz_id {cases} END WHERE biz_id IN ({}){}",
+                 updated_at_ms = CASE biz_id {cases} END WHERE biz_id IN ({})",
                 dialect::by_primary_key(self.backend, "orders"),
-                dialect::placeholders(chunk.len()),
-                guarded(guard),
+                dialect::placeholders(chunk.len())
             );
             let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 5);
             for saga in &chunk {
@@ -521,7 +484,7 @@ impl Store {
     }
 
     /// The notifications' outbox rows.
-    fn insert_outbox(&self, sagas: &[&Saga], guard: Option<&str>, steps: &mut Vec<FollowUp>) {
+    fn insert_outbox(&self, sagas: &[&Saga], steps: &mut Vec<FollowUp>) {
         let rows: Vec<[Value; 4]> = sagas
             .iter()
             .map(|saga| {
@@ -544,13 +507,12 @@ impl Store {
         let first = sagas.first().map(|s| s.biz_id.clone()).unwrap_or_default();
         self.insert_rows(
             (
-                "INSERT INTO outbox (biz_id, payload, trace_context, created_at_ms, relay_owner, relay_until_ms, published_at_ms)",
+                "INSERT INTO outbox (biz_id, payload, trace_context, created_at_ms, relay_owner, relay_until_ms, published_at_ms) VALUES",
                 "(?, ?, ?, ?, NULL, 0, NULL)",
                 &dialect::on_conflict_do_nothing(self.backend, "biz_id"),
             ),
             rows,
             Pad::Repeat,
-            guard,
             ("write outbox row", &first),
             steps,
         );
@@ -559,15 +521,10 @@ impl Store {
 
 /// One statement of a transaction's follow-up writes, with what its error should name.
 #[derive(Debug)]
-pub(crate) struct FollowUp {
-    pub statement: Statement,
-    pub operation: &'static str,
-    pub biz_id: String,
-}
-
-/// ` AND guard` for a WHERE clause, or nothing.
-fn guarded(guard: Option<&str>) -> String {
-    guard.map(|guard| format!(" AND {guard}")).unwrap_or_default()
+struct FollowUp {
+    statement: Statement,
+    operation: &'static str,
+    biz_id: String,
 }
 
 /// The members whose compare-and-set applied.
