@@ -61,13 +61,27 @@ impl Machine {
             .output()
             .ok()
             .is_some_and(|o| !o.stdout.is_empty());
-        let commit = if dirty { format!("{commit} (with uncommitted changes)") } else { commit };
+        let commit = commit_label(&commit, dirty, env!("MIDFLIGHT_BUILD_COMMIT"));
         let mariadb = match mysql_url {
             Some(url) => mariadb_settings(url).await,
             None => None,
         };
         Machine { cpu, cores, memory_gib, commit, mariadb, date_unix_s: crate::timestamp() }
     }
+}
+
+/// The report's commit: the checkout's, marked when it has uncommitted changes or when the
+/// binaries were built at another commit (`build.rs`), as when a commit was made after the
+/// last build: the numbers are then the binaries', not the checkout's.
+fn commit_label(checkout: &str, dirty: bool, built: &str) -> String {
+    let mut label = checkout.to_owned();
+    if dirty {
+        label.push_str(" (with uncommitted changes)");
+    }
+    if built != checkout {
+        label.push_str(&format!(" (but the binaries were built at {built})"));
+    }
+    label
 }
 
 async fn mariadb_settings(url: &str) -> Option<String> {
@@ -617,4 +631,17 @@ fn svg(report: &BenchReport) -> String {
     }
     out.push_str("</svg>\n");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::commit_label;
+
+    #[test]
+    fn the_commit_label_says_when_the_binaries_are_not_the_checkouts() {
+        assert_eq!(commit_label("abc1234", false, "abc1234"), "abc1234");
+        assert_eq!(commit_label("abc1234", true, "abc1234"), "abc1234 (with uncommitted changes)");
+        assert_eq!(commit_label("def5678", false, "abc1234"), "def5678 (but the binaries were built at abc1234)");
+        assert_eq!(commit_label("unknown", false, "unknown"), "unknown");
+    }
 }
