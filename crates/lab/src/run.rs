@@ -36,6 +36,10 @@ pub enum Trigger {
     AtProgress(f64),
     /// Milliseconds after the previous action fired.
     AfterMs(u64),
+    /// Once the action's target (a consumer) holds at least this many unfinished sagas under
+    /// its lease: a crash that must leave work behind waits until there is some, however long
+    /// the consumer took to join its group.
+    AtHeld(u64),
 }
 
 /// Something the lab does to the running system.
@@ -91,6 +95,18 @@ pub enum Action {
 }
 
 impl Action {
+    /// The process the action is aimed at, if any.
+    pub(crate) fn target(&self) -> Option<&str> {
+        match self {
+            Action::Kill { target }
+            | Action::Pause { target }
+            | Action::Resume { target }
+            | Action::Stop { target }
+            | Action::Start { target } => Some(target),
+            _ => None,
+        }
+    }
+
     fn describe(&self) -> String {
         match self {
             Action::Kill { target } => format!("kill -9 {target}"),
@@ -145,7 +161,7 @@ pub fn run_deadline(schedule: &[Scheduled]) -> Duration {
         match scheduled.when {
             Trigger::AtMs(ms) => at_ms = at_ms.max(ms),
             Trigger::AfterMs(ms) => after_ms = after_ms.saturating_add(ms),
-            Trigger::AtProgress(_) => {}
+            Trigger::AtProgress(_) | Trigger::AtHeld(_) => {}
         }
     }
     RUN_DEADLINE + Duration::from_millis(at_ms.saturating_add(after_ms).saturating_mul(2))
@@ -169,6 +185,7 @@ pub async fn execute(plan: Plan) -> anyhow::Result<RunReport> {
     let mut quiescent = false;
     let mut last_line = Instant::now();
     let mut waves: Vec<tokio::task::JoinHandle<anyhow::Result<Expected>>> = Vec::new();
+    let mut unfired = Vec::new();
     loop {
         for finished in take_finished(&mut waves) {
             expected.orders.extend(finished.await.context("produce task")??.orders);
@@ -180,7 +197,18 @@ pub async fn execute(plan: Plan) -> anyhow::Result<RunReport> {
         let share = done as f64 / expected.messages().max(1) as f64;
         while let Some(next) = pending.front() {
             let since_last_ms = last_fired.elapsed().as_millis() as u64;
-            if !is_due(next.when, elapsed_ms, share, since_last_ms) {
+            let held = match (next.when, next.action.target()) {
+                (Trigger::AtHeld(_), Some(target)) => held_by(&system.store.in_flight_by_owner().await?, target),
+                _ => 0,
+            };
+            if !is_due(next.when, elapsed_ms, share, since_last_ms, held) {
+                if matches!(next.when, Trigger::AtHeld(_)) && waves.is_empty() && done >= expected.messages() {
+                    // Everything settled: nothing is left for the target to hold, so the step
+                    // can never fire, nor can any after it.
+                    for step in pending.drain(..) {
+                        unfired.push(format!("never fired: {} ({:?})", step.action.describe(), step.when));
+                    }
+                }
                 break;
             }
             let Some(scheduled) = pending.pop_front() else { break };
@@ -228,6 +256,7 @@ pub async fn execute(plan: Plan) -> anyhow::Result<RunReport> {
     progress.finish_and_clear();
     let seconds = started.elapsed().as_secs_f64();
     let mut notes = crashes(&mut system, &intentional);
+    notes.append(&mut unfired);
     let mut report = if legacy {
         legacy_report(&system, &expected, &name).await?
     } else {
@@ -255,12 +284,23 @@ fn take_finished<T>(waves: &mut Vec<tokio::task::JoinHandle<T>>) -> Vec<tokio::t
     finished
 }
 
-fn is_due(trigger: Trigger, elapsed_ms: u64, share: f64, since_last_ms: u64) -> bool {
+fn is_due(trigger: Trigger, elapsed_ms: u64, share: f64, since_last_ms: u64, held: u64) -> bool {
     match trigger {
         Trigger::AtMs(at) => elapsed_ms >= at,
         Trigger::AtProgress(at) => share >= at,
         Trigger::AfterMs(after) => since_last_ms >= after,
+        Trigger::AtHeld(at) => held >= at,
     }
+}
+
+/// The unfinished sagas `target` holds, from the per-owner counts: its lease owner ids are its
+/// name, a dash and a suffix of its incarnation.
+fn held_by(owners: &[(String, u64)], target: &str) -> u64 {
+    owners
+        .iter()
+        .filter(|(owner, _)| owner.strip_prefix(target).is_some_and(|rest| rest.starts_with('-')))
+        .map(|(_, count)| count)
+        .sum()
 }
 
 async fn apply(system: &mut System, action: &Action, intentional: &mut BTreeSet<String>) -> anyhow::Result<()> {
@@ -408,5 +448,20 @@ mod tests {
         // A campaign injecting faults for an hour keeps two hours beyond the fixed allowance.
         let long: Vec<_> = (0..3_600).map(|_| kill(Trigger::AfterMs(1_000))).collect();
         assert_eq!(run_deadline(&long), RUN_DEADLINE + Duration::from_secs(7_200));
+        assert_eq!(run_deadline(&[kill(Trigger::AtHeld(20))]), RUN_DEADLINE);
+    }
+
+    #[test]
+    fn a_held_trigger_counts_only_its_targets_incarnations() {
+        let owners: Vec<(String, u64)> =
+            [("consumer-1-aa11", 7), ("consumer-10-bb22", 50), ("consumer-1-cc33", 5), ("", 3)]
+                .iter()
+                .map(|(owner, n)| ((*owner).to_owned(), *n))
+                .collect();
+        assert_eq!(held_by(&owners, "consumer-1"), 12);
+        assert_eq!(held_by(&owners, "consumer-10"), 50);
+        assert_eq!(held_by(&owners, "consumer-2"), 0);
+        assert!(is_due(Trigger::AtHeld(12), 0, 0.0, 0, 12));
+        assert!(!is_due(Trigger::AtHeld(13), 1_000_000, 1.0, 1_000_000, 12), "only what it holds counts");
     }
 }

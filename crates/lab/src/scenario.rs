@@ -86,6 +86,7 @@ pub struct Step {
     pub at_ms: Option<u64>,
     pub at_progress: Option<f64>,
     pub after_ms: Option<u64>,
+    pub at_held: Option<u64>,
     #[serde(flatten)]
     pub action: Action,
 }
@@ -117,9 +118,15 @@ impl Scenario {
     pub fn parse(name: &str, text: &str) -> anyhow::Result<Scenario> {
         let scenario: Scenario = toml::from_str(text).with_context(|| format!("scenario {name} does not parse"))?;
         for step in &scenario.schedule {
-            let triggers = [step.at_ms.is_some(), step.at_progress.is_some(), step.after_ms.is_some()];
+            let triggers =
+                [step.at_ms.is_some(), step.at_progress.is_some(), step.after_ms.is_some(), step.at_held.is_some()];
             if triggers.iter().filter(|t| **t).count() != 1 {
-                bail!("scenario {name}: every step needs exactly one of at_ms, at_progress, after_ms");
+                bail!("scenario {name}: every step needs exactly one of at_ms, at_progress, after_ms, at_held");
+            }
+            if step.at_held.is_some() && step.action.target().is_none_or(|target| !target.starts_with("consumer-")) {
+                bail!(
+                    "scenario {name}: at_held counts what a consumer holds; its step must name a consumer-<n> target"
+                );
             }
         }
         Ok(scenario)
@@ -148,10 +155,11 @@ impl Scenario {
             .schedule
             .iter()
             .map(|step| {
-                let when = match (step.at_ms, step.at_progress, step.after_ms) {
-                    (Some(ms), _, _) => Trigger::AtMs(ms),
-                    (_, Some(share), _) => Trigger::AtProgress(share),
-                    (_, _, Some(ms)) => Trigger::AfterMs(ms),
+                let when = match (step.at_ms, step.at_progress, step.after_ms, step.at_held) {
+                    (Some(ms), ..) => Trigger::AtMs(ms),
+                    (_, Some(share), ..) => Trigger::AtProgress(share),
+                    (_, _, Some(ms), _) => Trigger::AfterMs(ms),
+                    (.., Some(sagas)) => Trigger::AtHeld(sagas),
                     _ => Trigger::AfterMs(0),
                 };
                 Scheduled { when, action: step.action.clone() }
@@ -244,5 +252,18 @@ mod tests {
             }
             assert!(scenario.messages > 0, "{name}");
         }
+    }
+
+    #[test]
+    fn a_held_trigger_needs_a_consumer_and_no_other_trigger() {
+        let step = |trigger: &str, target: &str| {
+            format!("messages = 10\n[[schedule]]\n{trigger}\ndo = \"kill\"\ntarget = \"{target}\"\n")
+        };
+        let parsed = Scenario::parse("t", &step("at_held = 5", "consumer-2")).expect("a consumer's held sagas");
+        assert_eq!(parsed.schedule[0].at_held, Some(5));
+        let error = Scenario::parse("t", &step("at_held = 5", "mock-wms")).expect_err("a mock holds no sagas");
+        assert!(error.to_string().contains("consumer-<n>"), "{error}");
+        let error = Scenario::parse("t", &step("at_held = 5\nat_ms = 10", "consumer-1")).expect_err("two triggers");
+        assert!(error.to_string().contains("exactly one"), "{error}");
     }
 }
