@@ -38,7 +38,8 @@ pub struct ScenarioArgs {
     /// List the catalogue with each scenario's header.
     #[arg(long)]
     pub list: bool,
-    /// A MySQL server URL for the scenarios that need one (`database-loss`); the others run on SQLite files.
+    /// A MySQL server URL for the scenarios that need one (`database-loss`, `zombie-consumer`); the
+    /// others run on SQLite files.
     #[arg(long, env = "MIDFLIGHT_LAB_MYSQL_URL")]
     pub mysql_url: Option<String>,
     #[arg(long, default_value = "run")]
@@ -123,6 +124,11 @@ impl Scenario {
             if triggers.iter().filter(|t| **t).count() != 1 {
                 bail!("scenario {name}: every step needs exactly one of at_ms, at_progress, after_ms, at_held");
             }
+            if matches!(step.action, Action::DatabaseOutage { .. }) && !scenario.needs_mysql {
+                bail!(
+                    "scenario {name}: database_outage cuts the services' connections to MySQL; it needs needs_mysql = true"
+                );
+            }
             if step.at_held.is_some() && step.action.target().is_none_or(|target| !target.starts_with("consumer-")) {
                 bail!(
                     "scenario {name}: at_held counts what a consumer holds; its step must name a consumer-<n> target"
@@ -136,7 +142,7 @@ impl Scenario {
         let mut spec = SystemSpec::new(name, run_dir);
         spec.consumers = self.consumers;
         spec.recovery_workers = self.recovery_workers;
-        // The embedded default (SQLite) unless the scenario is about the database connection.
+        // The embedded default (SQLite) unless the scenario says it needs MySQL.
         spec.mysql_url = if self.needs_mysql { args.mysql_url.clone() } else { None };
         spec.wms_faults = self.wms_faults.clone();
         spec.logistics_faults = self.logistics_faults.clone();
@@ -146,7 +152,8 @@ impl Scenario {
         if let Some(rpc_timeout_ms) = self.rpc_timeout_ms {
             spec.rpc_timeout_ms = rpc_timeout_ms;
         }
-        spec.database_proxy = self.needs_mysql;
+        // Only a scenario that cuts the connection pays for the proxy in between.
+        spec.database_proxy = self.schedule.iter().any(|step| matches!(step.action, Action::DatabaseOutage { .. }));
         let mut workload = Workload::orders(seed_of(name), self.messages, &format!("S{}", seed_of(name) % 1000));
         workload.unserviceable = self.unserviceable;
         workload.second_events = self.second_events;
@@ -219,7 +226,10 @@ pub async fn run(args: ScenarioArgs) -> anyhow::Result<bool> {
     for (name, text) in selected {
         let scenario = Scenario::parse(name, text)?;
         if scenario.needs_mysql && args.mysql_url.as_deref().is_none_or(str::is_empty) {
-            bail!("scenario {name} cuts the database connection and needs --mysql-url (or MIDFLIGHT_LAB_MYSQL_URL)");
+            bail!(
+                "scenario {name} runs its saga store on MySQL (its header says why) and needs --mysql-url \
+                 (or MIDFLIGHT_LAB_MYSQL_URL)"
+            );
         }
         println!("scenario {name}\n    {}", header(text));
         let mut report = execute(scenario.plan(name, &args, &run_dir)).await?;
@@ -265,5 +275,28 @@ mod tests {
         assert!(error.to_string().contains("consumer-<n>"), "{error}");
         let error = Scenario::parse("t", &step("at_held = 5\nat_ms = 10", "consumer-1")).expect_err("two triggers");
         assert!(error.to_string().contains("exactly one"), "{error}");
+    }
+
+    #[test]
+    fn only_a_scenario_that_cuts_the_database_gets_the_proxy_and_it_needs_mysql() {
+        let outage = "[[schedule]]\nat_ms = 100\ndo = \"database_outage\"\nms = 500\n";
+        let error = Scenario::parse("t", &format!("messages = 10\n{outage}")).expect_err("an outage on SQLite");
+        assert!(error.to_string().contains("needs needs_mysql = true"), "{error}");
+        let args = ScenarioArgs {
+            name: Some("t".into()),
+            list: false,
+            mysql_url: Some("mysql://root@127.0.0.1:3306/test".into()),
+            run_dir: PathBuf::from("run"),
+            report_json: None,
+        };
+        let cut = Scenario::parse("t", &format!("messages = 10\nneeds_mysql = true\n{outage}")).expect("cut");
+        let plan = cut.plan("t", &args, &args.run_dir);
+        assert!(plan.spec.database_proxy && plan.spec.mysql_url.is_some());
+        let kept = Scenario::parse("t", "messages = 10\nneeds_mysql = true\n").expect("MySQL, no cut");
+        let plan = kept.plan("t", &args, &args.run_dir);
+        assert!(!plan.spec.database_proxy && plan.spec.mysql_url.is_some());
+        let sqlite =
+            Scenario::parse("t", "messages = 10\n").expect("the embedded default").plan("t", &args, &args.run_dir);
+        assert!(!sqlite.spec.database_proxy && sqlite.spec.mysql_url.is_none());
     }
 }
