@@ -23,7 +23,7 @@ use serde_json::{Map, Value};
 
 pub use sections::{
     DatabaseSection, GROUP_COMMIT_CONCURRENCY_MAX, GROUP_COMMIT_LINGER_MS_MAX, GROUP_COMMIT_MAX, GrpcClientSection,
-    KafkaSection, ServerSection, TelemetrySection, redact_url, with_database_name,
+    KafkaSection, RuntimeSection, ServerSection, TelemetrySection, WORKER_THREADS_MAX, redact_url, with_database_name,
 };
 
 /// Prefix of the environment variables the loader reads.

@@ -273,6 +273,33 @@ impl ServerSection {
     }
 }
 
+/// Most worker threads a service's runtime may be given.
+pub const WORKER_THREADS_MAX: usize = 256;
+
+/// The service's async runtime.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RuntimeSection {
+    /// Tokio worker threads. 0 (the default) leaves the choice to tokio: `TOKIO_WORKER_THREADS`
+    /// when set, else one per core. On a 2-core box shared by seven processes, one each spent
+    /// 6-14% less CPU per message at the peak (BENCHMARKS.md); a service with cores of its own
+    /// keeps the default.
+    pub worker_threads: usize,
+}
+
+impl RuntimeSection {
+    pub fn problems(&self, at: &str) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.worker_threads > WORKER_THREADS_MAX {
+            problems.push(format!(
+                "{at}.worker_threads must be at most {WORKER_THREADS_MAX} (0: one per core), got {}",
+                self.worker_threads
+            ));
+        }
+        problems
+    }
+}
+
 /// Logs, traces and metrics.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

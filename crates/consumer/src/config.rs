@@ -3,7 +3,7 @@
 //! code), and the consumer's own limits. Every default says why it is what it is, and
 //! [`ConsumerConfig::problems`] checks every field once, at start-up.
 
-use midflight_config::{Config, DatabaseSection, GrpcClientSection, KafkaSection, TelemetrySection};
+use midflight_config::{Config, DatabaseSection, GrpcClientSection, KafkaSection, RuntimeSection, TelemetrySection};
 use midflight_driver::DriverSettings;
 use midflight_model::Rules;
 use midflight_service::ServiceConfig;
@@ -33,6 +33,7 @@ pub struct ConsumerConfig {
     /// The logistics client (CreateShipment and friends).
     pub logistics: GrpcClientSection,
     pub telemetry: TelemetrySection,
+    pub runtime: RuntimeSection,
     pub driver: DriverSettings,
     /// What each downstream promises; the planner's roll-forward / roll-back rules read it.
     pub rules: Rules,
@@ -48,6 +49,7 @@ impl Default for ConsumerConfig {
             wms: GrpcClientSection::with_endpoint("http://127.0.0.1:50061"),
             logistics: GrpcClientSection::with_endpoint("http://127.0.0.1:50062"),
             telemetry: TelemetrySection::default(),
+            runtime: RuntimeSection::default(),
             driver: DriverSettings::default(),
             rules: Rules::default(),
         }
@@ -248,6 +250,7 @@ impl Config for ConsumerConfig {
         problems.extend(self.wms.problems("wms"));
         problems.extend(self.logistics.problems("logistics"));
         problems.extend(self.telemetry.problems("telemetry"));
+        problems.extend(self.runtime.problems("runtime"));
         problems.extend(self.driver.problems("driver"));
         problems.extend(self.rules.wms.problems("rules.wms"));
         problems.extend(self.rules.logistics.problems("rules.logistics"));
@@ -259,6 +262,10 @@ impl Config for ConsumerConfig {
 impl ServiceConfig for ConsumerConfig {
     fn telemetry(&self) -> &TelemetrySection {
         &self.telemetry
+    }
+
+    fn runtime(&self) -> &RuntimeSection {
+        &self.runtime
     }
 }
 
@@ -292,6 +299,7 @@ mod tests {
         config.consumer.batches_in_flight = 0;
         config.consumer.relay.claim_ms = 5_000;
         config.consumer.relay.linger_ms = 5_000;
+        config.runtime.worker_threads = 257;
         let problems = config.problems();
         let text = problems.join("\n");
         assert!(text.contains("consumer.in_flight_max must be in 1..=100000, got 0"), "{text}");
@@ -300,6 +308,7 @@ mod tests {
         assert!(text.contains("consumer.batches_in_flight must be in 1..=16"), "{text}");
         assert!(text.contains("consumer.relay.claim_ms (5000) must exceed delivery_timeout_ms (10000)"), "{text}");
         assert!(text.contains("consumer.relay.linger_ms must be at most 1000, got 5000"), "{text}");
-        assert_eq!(problems.len(), 6, "{text}");
+        assert!(text.contains("runtime.worker_threads must be at most 256 (0: one per core), got 257"), "{text}");
+        assert_eq!(problems.len(), 7, "{text}");
     }
 }

@@ -81,6 +81,9 @@ pub struct BenchArgs {
     /// Extra `--set key=value` for every midflight consumer (variants, e.g. pool size).
     #[arg(long = "consumer-set")]
     pub consumer_set: Vec<String>,
+    /// `runtime.worker_threads` of every service of every system (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    pub worker_threads: usize,
     /// Mocks answer without injected latency (to see the box's own limit).
     #[arg(long)]
     pub no_latency: bool,

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use midflight_api::client::Downstreams;
-use midflight_config::{Config, DatabaseSection, GrpcClientSection, KafkaSection, TelemetrySection};
+use midflight_config::{Config, DatabaseSection, GrpcClientSection, KafkaSection, RuntimeSection, TelemetrySection};
 use midflight_model::{Call, Observation, OrderEvent, Saga, Source};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::{ClientConfig, Message};
@@ -38,6 +38,7 @@ pub struct LegacyConfig {
     pub wms: GrpcClientSection,
     pub logistics: GrpcClientSection,
     pub telemetry: TelemetrySection,
+    pub runtime: RuntimeSection,
     /// When set, one line per finished message is appended here (the benchmark's latencies).
     pub timings_path: Option<std::path::PathBuf>,
 }
@@ -48,6 +49,8 @@ impl Config for LegacyConfig {
         problems.extend(self.database.problems("database"));
         problems.extend(self.wms.problems("wms"));
         problems.extend(self.logistics.problems("logistics"));
+        problems.extend(self.telemetry.problems("telemetry"));
+        problems.extend(self.runtime.problems("runtime"));
         problems
     }
 }
@@ -55,6 +58,10 @@ impl Config for LegacyConfig {
 impl midflight_service::ServiceConfig for LegacyConfig {
     fn telemetry(&self) -> &TelemetrySection {
         &self.telemetry
+    }
+
+    fn runtime(&self) -> &RuntimeSection {
+        &self.runtime
     }
 }
 

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use midflight_api::client::Downstreams;
-use midflight_config::{Config, DatabaseSection, GrpcClientSection, KafkaSection, TelemetrySection};
+use midflight_config::{Config, DatabaseSection, GrpcClientSection, KafkaSection, RuntimeSection, TelemetrySection};
 use midflight_model::{Call, LogisticsAnswer, Observation, OrderEvent, Saga, Source, WmsAnswer};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::Message;
@@ -54,6 +54,7 @@ pub struct NoStateConfig {
     pub wms: GrpcClientSection,
     pub logistics: GrpcClientSection,
     pub telemetry: TelemetrySection,
+    pub runtime: RuntimeSection,
     /// When set, one line per finished message is appended here.
     pub timings_path: Option<std::path::PathBuf>,
     /// Messages in flight at once: midflight's consumer default, so the two pipelines match.
@@ -71,6 +72,7 @@ impl Default for NoStateConfig {
             wms: GrpcClientSection::default(),
             logistics: GrpcClientSection::default(),
             telemetry: TelemetrySection::default(),
+            runtime: RuntimeSection::default(),
             timings_path: None,
             in_flight_max: midflight_consumer::ConsumerSection::default().in_flight_max,
             commit_interval_ms: 100,
@@ -84,6 +86,8 @@ impl Config for NoStateConfig {
         problems.extend(self.database.problems("database"));
         problems.extend(self.wms.problems("wms"));
         problems.extend(self.logistics.problems("logistics"));
+        problems.extend(self.telemetry.problems("telemetry"));
+        problems.extend(self.runtime.problems("runtime"));
         if self.in_flight_max == 0 || self.commit_interval_ms == 0 {
             problems.push("in_flight_max and commit_interval_ms must be positive".to_owned());
         }
@@ -94,6 +98,10 @@ impl Config for NoStateConfig {
 impl midflight_service::ServiceConfig for NoStateConfig {
     fn telemetry(&self) -> &TelemetrySection {
         &self.telemetry
+    }
+
+    fn runtime(&self) -> &RuntimeSection {
+        &self.runtime
     }
 }
 

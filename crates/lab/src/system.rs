@@ -11,7 +11,9 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use midflight_api::client::Downstreams;
 use midflight_api::faults::v1::fault_admin_client::FaultAdminClient;
-use midflight_config::{DatabaseSection, GrpcClientSection, KafkaSection, ServerSection, TelemetrySection};
+use midflight_config::{
+    DatabaseSection, GrpcClientSection, KafkaSection, RuntimeSection, ServerSection, TelemetrySection,
+};
 use midflight_consumer::ConsumerConfig;
 use midflight_driver::DriverSettings;
 use midflight_mock::FaultPlan;
@@ -70,6 +72,8 @@ pub struct SystemSpec {
     pub log_format: String,
     /// Services reach MySQL through a proxy the lab can cut (MySQL only).
     pub database_proxy: bool,
+    /// `runtime.worker_threads` of every service the lab starts (0: one per core).
+    pub worker_threads: usize,
 }
 
 impl SystemSpec {
@@ -100,6 +104,7 @@ impl SystemSpec {
             log_filter: "info".to_owned(),
             log_format: "pretty".to_owned(),
             database_proxy: false,
+            worker_threads: 0,
         }
     }
 }
@@ -190,12 +195,14 @@ impl System {
         wms.server = ServerSection { listen: format!("127.0.0.1:{wms_port}"), ..ServerSection::default() };
         wms.database = self.sqlite("mock-wms");
         wms.telemetry = self.telemetry();
+        wms.runtime = self.runtime();
         wms.stock.skus.extend(self.spec.stock.clone());
         let mut logistics =
             LogisticsConfig { faults: self.spec.logistics_faults.clone(), ..LogisticsConfig::default() };
         logistics.server = ServerSection { listen: format!("127.0.0.1:{logistics_port}"), ..ServerSection::default() };
         logistics.database = self.sqlite("mock-logistics");
         logistics.telemetry = self.telemetry();
+        logistics.runtime = self.runtime();
         let wms_config = self.write_config("mock-wms", &wms)?;
         let logistics_config = self.write_config("mock-logistics", &logistics)?;
         self.processes
@@ -284,6 +291,7 @@ impl System {
         config.wms = self.grpc(&self.wms_endpoint);
         config.logistics = self.grpc(&self.logistics_endpoint);
         config.telemetry = self.telemetry();
+        config.runtime = self.runtime();
         config.driver = self.driver();
         config.rules = self.rules();
         config
@@ -298,6 +306,7 @@ impl System {
         config.wms = self.grpc(&self.wms_endpoint);
         config.logistics = self.grpc(&self.logistics_endpoint);
         config.telemetry = self.telemetry();
+        config.runtime = self.runtime();
         config.driver = self.driver();
         config.rules = self.rules();
         config
@@ -311,6 +320,7 @@ impl System {
             wms: self.grpc(&self.wms_endpoint),
             logistics: self.grpc(&self.logistics_endpoint),
             telemetry: self.telemetry(),
+            runtime: self.runtime(),
             timings_path: self.timings_path(name),
         }
     }
@@ -323,6 +333,7 @@ impl System {
             wms: self.grpc(&self.wms_endpoint),
             logistics: self.grpc(&self.logistics_endpoint),
             telemetry: self.telemetry(),
+            runtime: self.runtime(),
             timings_path: self.timings_path(name),
             ..crate::nostate::NoStateConfig::default()
         }
@@ -379,6 +390,10 @@ impl System {
             log_format: self.spec.log_format.clone(),
             ..TelemetrySection::default()
         }
+    }
+
+    fn runtime(&self) -> RuntimeSection {
+        RuntimeSection { worker_threads: self.spec.worker_threads }
     }
 
     fn driver(&self) -> DriverSettings {

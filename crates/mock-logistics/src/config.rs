@@ -1,7 +1,7 @@
 //! The mock logistics provider's configuration: the shared server, database and telemetry
 //! sections, its fault plan, and which regions it cannot serve.
 
-use midflight_config::{Config, DatabaseSection, ServerSection, TelemetrySection};
+use midflight_config::{Config, DatabaseSection, RuntimeSection, ServerSection, TelemetrySection};
 use midflight_mock::{FaultPlan, MethodFaults};
 use serde::{Deserialize, Serialize};
 
@@ -17,6 +17,7 @@ pub struct LogisticsConfig {
     pub server: ServerSection,
     pub database: DatabaseSection,
     pub telemetry: TelemetrySection,
+    pub runtime: RuntimeSection,
     /// The fault plan in force at start-up; FaultAdmin replaces it at run time. `legacy_mode`
     /// is a WMS fault and is ignored here; `irreversible_after_ms` is the time to pickup.
     pub faults: FaultPlan,
@@ -52,6 +53,7 @@ impl Default for LogisticsConfig {
                 ..DatabaseSection::default()
             },
             telemetry: TelemetrySection::default(),
+            runtime: RuntimeSection::default(),
             faults,
             shipping: ShippingSection::default(),
         }
@@ -63,6 +65,7 @@ impl Config for LogisticsConfig {
         let mut problems = self.server.problems("server");
         problems.extend(self.database.problems("database"));
         problems.extend(self.telemetry.problems("telemetry"));
+        problems.extend(self.runtime.problems("runtime"));
         problems.extend(self.faults.problems("faults", METHODS));
         let regions = &self.shipping.unserviceable_regions;
         if regions.len() > REGIONS_MAX {
@@ -80,6 +83,10 @@ impl Config for LogisticsConfig {
 impl midflight_service::ServiceConfig for LogisticsConfig {
     fn telemetry(&self) -> &TelemetrySection {
         &self.telemetry
+    }
+
+    fn runtime(&self) -> &RuntimeSection {
+        &self.runtime
     }
 }
 

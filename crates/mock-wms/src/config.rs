@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use midflight_config::{Config, DatabaseSection, ServerSection, TelemetrySection};
+use midflight_config::{Config, DatabaseSection, RuntimeSection, ServerSection, TelemetrySection};
 use midflight_mock::{FaultPlan, MethodFaults};
 use serde::{Deserialize, Serialize};
 
@@ -19,6 +19,7 @@ pub struct WmsConfig {
     pub server: ServerSection,
     pub database: DatabaseSection,
     pub telemetry: TelemetrySection,
+    pub runtime: RuntimeSection,
     /// The fault plan in force at start-up; FaultAdmin replaces it at run time.
     pub faults: FaultPlan,
     pub stock: StockSection,
@@ -48,6 +49,7 @@ impl Default for WmsConfig {
             server: ServerSection { listen: "127.0.0.1:50061".to_owned(), ..ServerSection::default() },
             database: DatabaseSection { url: "sqlite://mock-wms.db?mode=rwc".to_owned(), ..DatabaseSection::default() },
             telemetry: TelemetrySection::default(),
+            runtime: RuntimeSection::default(),
             faults,
             stock: StockSection::default(),
         }
@@ -94,6 +96,7 @@ impl Config for WmsConfig {
         let mut problems = self.server.problems("server");
         problems.extend(self.database.problems("database"));
         problems.extend(self.telemetry.problems("telemetry"));
+        problems.extend(self.runtime.problems("runtime"));
         problems.extend(self.faults.problems("faults", METHODS));
         problems.extend(self.stock.problems("stock"));
         problems
@@ -103,6 +106,10 @@ impl Config for WmsConfig {
 impl midflight_service::ServiceConfig for WmsConfig {
     fn telemetry(&self) -> &TelemetrySection {
         &self.telemetry
+    }
+
+    fn runtime(&self) -> &RuntimeSection {
+        &self.runtime
     }
 }
 

@@ -2,7 +2,7 @@
 //! telemetry, driver timing, planner rules) plus its own `recovery` and `reconcile` sections.
 //! Every default says why it is what it is; [`Config::problems`] checks all of them at start-up.
 
-use midflight_config::{Config, DatabaseSection, GrpcClientSection, TelemetrySection};
+use midflight_config::{Config, DatabaseSection, GrpcClientSection, RuntimeSection, TelemetrySection};
 use midflight_driver::DriverSettings;
 use midflight_model::Rules;
 use midflight_service::ServiceConfig;
@@ -23,6 +23,7 @@ pub struct RecoveryConfig {
     pub wms: GrpcClientSection,
     pub logistics: GrpcClientSection,
     pub telemetry: TelemetrySection,
+    pub runtime: RuntimeSection,
     /// Lease and call deadlines: the same settings the consumer's drivers use.
     pub driver: DriverSettings,
     /// The downstreams' contracts and the retry policy: the same rules the consumer plans with.
@@ -87,6 +88,7 @@ impl Default for RecoveryConfig {
             wms: GrpcClientSection::with_endpoint("http://127.0.0.1:50061"),
             logistics: GrpcClientSection::with_endpoint("http://127.0.0.1:50062"),
             telemetry: TelemetrySection::default(),
+            runtime: RuntimeSection::default(),
             driver: DriverSettings::default(),
             rules: Rules::default(),
             recovery: RecoverySection::default(),
@@ -179,6 +181,7 @@ impl Config for RecoveryConfig {
         problems.extend(self.wms.problems("wms"));
         problems.extend(self.logistics.problems("logistics"));
         problems.extend(self.telemetry.problems("telemetry"));
+        problems.extend(self.runtime.problems("runtime"));
         problems.extend(self.driver.problems("driver"));
         problems.extend(self.rules.wms.problems("rules.wms"));
         problems.extend(self.rules.logistics.problems("rules.logistics"));
@@ -192,6 +195,10 @@ impl Config for RecoveryConfig {
 impl ServiceConfig for RecoveryConfig {
     fn telemetry(&self) -> &TelemetrySection {
         &self.telemetry
+    }
+
+    fn runtime(&self) -> &RuntimeSection {
+        &self.runtime
     }
 }
 

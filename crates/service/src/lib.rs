@@ -41,6 +41,7 @@ pub use telemetry::{Telemetry, init_telemetry, init_telemetry_with_exporter};
 /// A service's configuration: loadable by the one loader, and carrying a telemetry section.
 pub trait ServiceConfig: Config {
     fn telemetry(&self) -> &midflight_config::TelemetrySection;
+    fn runtime(&self) -> &midflight_config::RuntimeSection;
 }
 
 /// The flags every midflight binary takes.
@@ -103,7 +104,7 @@ where
         print!("{}", midflight_config::to_toml(&config));
         return ExitCode::SUCCESS;
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match build_runtime(config.runtime()) {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("{service}: {}", Error::Runtime(error));
@@ -145,6 +146,16 @@ where
         telemetry.shutdown().await;
         code
     })
+}
+
+/// The multi-thread runtime a service runs on, with `section`'s worker threads (0: tokio's
+/// choice).
+pub fn build_runtime(section: &midflight_config::RuntimeSection) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if section.worker_threads > 0 {
+        builder.worker_threads(section.worker_threads);
+    }
+    builder.enable_all().build()
 }
 
 /// The supervising process named by [`PARENT_PID_VAR`], if any.
@@ -211,5 +222,23 @@ async fn wait_for_signal() {
     #[cfg(not(unix))]
     {
         tokio::signal::ctrl_c().await.ok();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use midflight_config::RuntimeSection;
+
+    use super::build_runtime;
+
+    #[test]
+    fn the_runtime_has_the_configured_worker_threads() {
+        let one = build_runtime(&RuntimeSection { worker_threads: 1 }).expect("runtime");
+        assert_eq!(one.metrics().num_workers(), 1);
+        let three = build_runtime(&RuntimeSection { worker_threads: 3 }).expect("runtime");
+        assert_eq!(three.metrics().num_workers(), 3);
+        // 0 leaves the choice to tokio: at least one worker.
+        let chosen = build_runtime(&RuntimeSection::default()).expect("runtime");
+        assert!(chosen.metrics().num_workers() >= 1);
     }
 }

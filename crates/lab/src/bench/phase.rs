@@ -285,6 +285,7 @@ fn spec(args: &BenchArgs, run_dir: &Path, kind: SystemKind, name: &str) -> Syste
     spec.recovery_scan_interval_ms = 1_000;
     spec.log_filter = "warn,midflight_consumer=info,midflight_lab=info".to_owned();
     spec.log_format = "json".to_owned();
+    spec.worker_threads = args.worker_threads;
     if kind.is_midflight() {
         spec.consumer_set = args.consumer_set.clone();
     }
