@@ -281,9 +281,8 @@ pub const WORKER_THREADS_MAX: usize = 256;
 #[serde(default, deny_unknown_fields)]
 pub struct RuntimeSection {
     /// Tokio worker threads. 0 (the default) leaves the choice to tokio: `TOKIO_WORKER_THREADS`
-    /// when set, else one per core. On a 2-core box shared by seven processes, one each spent
-    /// 6-14% less CPU per message at the peak (BENCHMARKS.md); a service with cores of its own
-    /// keeps the default.
+    /// when set, else one per core. For a service that should run fewer threads than its machine
+    /// has cores; on the 2-core benchmark box one each showed no gain that held (BENCHMARKS.md).
     pub worker_threads: usize,
 }
 
