@@ -124,18 +124,23 @@ impl Scenario {
             if triggers.iter().filter(|t| **t).count() != 1 {
                 bail!("scenario {name}: every step needs exactly one of at_ms, at_progress, after_ms, at_held");
             }
-            if matches!(step.action, Action::DatabaseOutage { .. }) && !scenario.needs_mysql {
-                bail!(
-                    "scenario {name}: database_outage cuts the services' connections to MySQL; it needs needs_mysql = true"
-                );
-            }
             if step.at_held.is_some() && step.action.target().is_none_or(|target| !target.starts_with("consumer-")) {
                 bail!(
                     "scenario {name}: at_held counts what a consumer holds; its step must name a consumer-<n> target"
                 );
             }
         }
+        if scenario.cuts_database() && !scenario.needs_mysql {
+            bail!(
+                "scenario {name}: database_outage cuts the services' connections to MySQL; it needs needs_mysql = true"
+            );
+        }
         Ok(scenario)
+    }
+
+    /// Whether a step cuts the services' database connections (through the lab's proxy).
+    fn cuts_database(&self) -> bool {
+        self.schedule.iter().any(|step| matches!(step.action, Action::DatabaseOutage { .. }))
     }
 
     fn plan(&self, name: &str, args: &ScenarioArgs, run_dir: &std::path::Path) -> Plan {
@@ -153,7 +158,7 @@ impl Scenario {
             spec.rpc_timeout_ms = rpc_timeout_ms;
         }
         // Only a scenario that cuts the connection pays for the proxy in between.
-        spec.database_proxy = self.schedule.iter().any(|step| matches!(step.action, Action::DatabaseOutage { .. }));
+        spec.database_proxy = self.cuts_database();
         let mut workload = Workload::orders(seed_of(name), self.messages, &format!("S{}", seed_of(name) % 1000));
         workload.unserviceable = self.unserviceable;
         workload.second_events = self.second_events;

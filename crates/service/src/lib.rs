@@ -38,7 +38,8 @@ pub use endpoint::Endpoint;
 pub use health::{Readiness, readiness};
 pub use telemetry::{Telemetry, init_telemetry, init_telemetry_with_exporter};
 
-/// A service's configuration: loadable by the one loader, and carrying a telemetry section.
+/// A service's configuration: loadable by the one loader, and carrying a telemetry section and
+/// the runtime's settings.
 pub trait ServiceConfig: Config {
     fn telemetry(&self) -> &midflight_config::TelemetrySection;
     fn runtime(&self) -> &midflight_config::RuntimeSection;
