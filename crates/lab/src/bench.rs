@@ -41,6 +41,8 @@ use serde::Serialize;
 
 pub use phase::PhaseResult;
 
+use crate::system::GroupProtocol;
+
 /// The warm-up excluded from a phase's throughput: consumers join, pools and caches fill.
 const WARMUP_S_DEFAULT: u64 = 10;
 
@@ -84,6 +86,11 @@ pub struct BenchArgs {
     /// `runtime.worker_threads` of every service of every system (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub worker_threads: usize,
+    /// The consumers' Kafka group protocol, in every system: `classic` (the user's Kafka 3.5)
+    /// or `consumer` (KIP-848: the broker assigns partitions through heartbeats, with no
+    /// group-wide join).
+    #[arg(long, value_enum, default_value_t = GroupProtocol::Classic)]
+    pub group_protocol: GroupProtocol,
     /// Mocks answer without injected latency (to see the box's own limit).
     #[arg(long)]
     pub no_latency: bool,
@@ -146,6 +153,8 @@ pub struct SystemResult {
 pub struct BenchReport {
     pub machine: output::Machine,
     pub command: String,
+    /// The consumers' group protocol (`classic` or `consumer`).
+    pub group_protocol: &'static str,
     pub systems: BTreeMap<SystemKind, SystemResult>,
     /// Per engine (`mariadb`, `sqlite`): the single-row commit rate measured.
     pub ceilings: BTreeMap<String, ceiling::Ceiling>,
@@ -186,7 +195,13 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<bool> {
             ceiling.commits_per_s, ceiling.connections
         );
     }
-    let mut report = BenchReport { machine, command: command_line(), systems: BTreeMap::new(), ceilings };
+    let mut report = BenchReport {
+        machine,
+        command: command_line(),
+        group_protocol: args.group_protocol.as_str(),
+        systems: BTreeMap::new(),
+        ceilings,
+    };
     for &system in &args.systems {
         let mut result = SystemResult::default();
         if args.phases.contains(&PhaseKind::Peak) {

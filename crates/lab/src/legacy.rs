@@ -20,6 +20,8 @@ use sea_orm::{ConnectionTrait, Database, DatabaseConnection, Statement};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use crate::membership::RebalanceLog;
+
 /// Attempts at one message before the legacy consumer gives up on it (and leaves it PROCESSING).
 const ATTEMPTS_MAX: u32 = 20;
 /// Pause between attempts.
@@ -81,14 +83,15 @@ pub async fn run(config: LegacyConfig, shutdown: CancellationToken) -> anyhow::R
         .set("bootstrap.servers", &config.kafka.bootstrap_servers)
         .set("group.id", &config.kafka.group_id)
         .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("session.timeout.ms", config.kafka.session_timeout_ms.to_string())
-        .set("heartbeat.interval.ms", "500");
+        .set("auto.offset.reset", "earliest");
+    // librdkafka's default assignor (eager), as the user's consumer had.
+    crate::membership::group_membership(&mut client, &config.kafka, None);
     // The same pass-through properties as midflight's consumer (e.g. the lab's fetch wait).
     for (key, value) in &config.kafka.properties {
         client.set(key, value);
     }
-    let consumer: StreamConsumer = client.create().context("legacy: cannot create the consumer")?;
+    let consumer: StreamConsumer<RebalanceLog> =
+        client.create_with_context(RebalanceLog).context("legacy: cannot create the consumer")?;
     let timings = config.timings_path.as_deref().map(crate::timings::TimingsFile::open).transpose()?;
     consumer.subscribe(&[&config.kafka.order_topic])?;
     let timeout = Duration::from_millis(config.wms.request_timeout_ms);

@@ -6,6 +6,7 @@ mod bench;
 mod chaos;
 mod demo;
 mod legacy;
+mod membership;
 mod nostate;
 mod process;
 mod proxy;

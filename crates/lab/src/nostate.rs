@@ -34,6 +34,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::membership::RebalanceLog;
 use crate::timings::TimingsFile;
 
 /// Attempts at one message's calls before it is dropped (nothing durable remembers it).
@@ -138,8 +139,12 @@ impl Offsets {
         }
     }
 
-    /// Per partition, the first offset not finished: everything below it is done.
-    fn committable(&self) -> TopicPartitionList {
+    /// Per partition in `owned`, the first offset not finished: everything below it is done.
+    /// The others are forgotten: their new owner commits them, and a commit from here would
+    /// move its position back (a classic broker takes a commit for any partition from a member
+    /// of the current generation). A partition that comes back starts afresh.
+    fn committable(&mut self, owned: &BTreeSet<(String, i32)>) -> TopicPartitionList {
+        self.partitions.retain(|key, _| owned.contains(key));
         let mut list = TopicPartitionList::new();
         for ((topic, partition), (pending, high)) in &self.partitions {
             let next = pending.first().copied().unwrap_or(*high);
@@ -167,13 +172,13 @@ pub async fn run(config: NoStateConfig, shutdown: CancellationToken) -> anyhow::
         .set("client.id", &config.instance)
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("partition.assignment.strategy", "cooperative-sticky")
-        .set("session.timeout.ms", config.kafka.session_timeout_ms.to_string());
+        .set("auto.offset.reset", "earliest");
+    crate::membership::group_membership(&mut client, &config.kafka, Some("cooperative-sticky"));
     for (key, value) in &config.kafka.properties {
         client.set(key, value);
     }
-    let consumer: StreamConsumer = client.create().context("nostate: cannot create the consumer")?;
+    let consumer: StreamConsumer<RebalanceLog> =
+        client.create_with_context(RebalanceLog).context("nostate: cannot create the consumer")?;
     consumer.subscribe(&[&config.kafka.order_topic])?;
     let mut producer_config = ClientConfig::new();
     producer_config.set("bootstrap.servers", &config.kafka.bootstrap_servers).set("enable.idempotence", "true");
@@ -242,7 +247,7 @@ impl Shared {
 
 /// A free slot, then a message: at the bound, nothing more is taken from Kafka.
 async fn next<'a>(
-    consumer: &'a StreamConsumer,
+    consumer: &'a StreamConsumer<RebalanceLog>,
     permits: &Arc<Semaphore>,
 ) -> anyhow::Result<(rdkafka::message::BorrowedMessage<'a>, tokio::sync::OwnedSemaphorePermit)> {
     let permit = permits.clone().acquire_owned().await.context("nostate: permits closed")?;
@@ -250,12 +255,15 @@ async fn next<'a>(
     Ok((message, permit))
 }
 
-fn commit(consumer: &StreamConsumer, shared: &Shared, mode: CommitMode) {
-    let list = shared.lock().committable();
+fn commit(consumer: &StreamConsumer<RebalanceLog>, shared: &Shared, mode: CommitMode) {
+    let Ok(assignment) = consumer.assignment() else { return };
+    let owned: BTreeSet<(String, i32)> =
+        assignment.elements().iter().map(|e| (e.topic().to_owned(), e.partition())).collect();
+    let list = shared.lock().committable(&owned);
     if list.count() == 0 {
         return;
     }
-    // A partition revoked meanwhile refuses the commit; its new owner re-reads from its own.
+    // Refused during a rebalance; the partition's next owner re-reads from the last commit.
     if let Err(error) = consumer.commit(&list, mode) {
         tracing::debug!(%error, "offset commit refused");
     }
@@ -338,4 +346,37 @@ async fn process(shared: &Shared, event: &OrderEvent, saga: &Saga) -> anyhow::Re
     let record = FutureRecord::to(&shared.notification_topic).key(&saga.biz_id).payload(&notification);
     shared.producer.send(record, QUEUE_WAIT).await.map_err(|(error, _)| error)?;
     Ok(u64::try_from(called.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offsets(list: &TopicPartitionList) -> Vec<(i32, i64)> {
+        list.elements().iter().map(|e| (e.partition(), e.offset().to_raw().unwrap_or(-1))).collect()
+    }
+
+    #[test]
+    fn only_owned_partitions_are_committed_and_a_revoked_one_is_forgotten() {
+        let mut tracked = Offsets::default();
+        for offset in 10..13 {
+            tracked.received("orders", 0, offset);
+            tracked.received("orders", 1, offset);
+        }
+        tracked.finished("orders", 0, 10);
+        tracked.finished("orders", 0, 12);
+        for offset in 10..13 {
+            tracked.finished("orders", 1, offset);
+        }
+        let both: BTreeSet<(String, i32)> = [("orders".to_owned(), 0), ("orders".to_owned(), 1)].into();
+        // Partition 0 waits for 11; partition 1 is done through 12.
+        assert_eq!(offsets(&tracked.committable(&both)), [(0, 11), (1, 13)]);
+        // Partition 1 moves away: nothing of it is committed from here any more...
+        let only_zero: BTreeSet<(String, i32)> = [("orders".to_owned(), 0)].into();
+        assert_eq!(offsets(&tracked.committable(&only_zero)), [(0, 11)]);
+        // ...and when it comes back from an earlier commit, it starts from what it receives.
+        tracked.received("orders", 1, 5);
+        assert_eq!(offsets(&tracked.committable(&both)), [(0, 11), (1, 5)]);
+        assert_eq!(tracked.committable(&BTreeSet::new()).count(), 0);
+    }
 }

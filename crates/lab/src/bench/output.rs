@@ -108,6 +108,9 @@ struct SystemNumbers {
     write_txns_per_msg: Option<f64>,
     rss_mib: Option<f64>,
     duplicates: usize,
+    /// The longest a partition went without an owner (the rebalance phase only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    handover_max_ms: Option<i64>,
     /// CPU milliseconds per message by role, at the peak (or in the rebalance phase, there).
     #[serde(skip_serializing_if = "Option::is_none")]
     cpu_ms_per_msg: Option<CpuPerMsg>,
@@ -124,6 +127,7 @@ fn numbers(result: &SystemResult) -> SystemNumbers {
         write_txns_per_msg: result.peak.as_ref().and_then(|p| p.write_txns_per_msg).map(|v| round(v, 3)),
         rss_mib: result.peak.as_ref().map(|p| round(p.rss_mib, 1)),
         duplicates: [&result.peak, &result.paced].into_iter().flatten().map(|p| p.duplicates).sum(),
+        handover_max_ms: None,
         cpu_ms_per_msg: result.peak.as_ref().and_then(|p| p.cpu).map(rounded),
         rebalance: None,
     };
@@ -136,6 +140,7 @@ fn numbers(result: &SystemResult) -> SystemNumbers {
             write_txns_per_msg: r.write_txns_per_msg.map(|v| round(v, 3)),
             rss_mib: Some(round(r.rss_mib, 1)),
             duplicates: r.duplicates,
+            handover_max_ms: r.handover_max_ms,
             cpu_ms_per_msg: r.cpu.map(rounded),
             rebalance: None,
         }));
@@ -184,6 +189,7 @@ pub fn write_json(path: &Path, report: &BenchReport) -> anyhow::Result<()> {
     let json = serde_json::json!({
         "machine": report.machine,
         "command": report.command,
+        "group_protocol": report.group_protocol,
         "systems": systems,
         "phases": report.systems.values().flat_map(|r| [&r.peak, &r.paced, &r.rebalance]).flatten()
             .map(|p| { let mut p = p.clone(); p.series.clear(); p }).collect::<Vec<_>>(),
@@ -218,15 +224,14 @@ pub fn summary_markdown(report: &BenchReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "| system | msg/s (peak) | p50 ms | p99 ms | added p99 ms | write txns/msg | RSS MiB | duplicates | rebalance: msg/s, p99 ms, duplicates |"
+        "| system | msg/s (peak) | p50 ms | p99 ms | added p99 ms | write txns/msg | RSS MiB | duplicates | rebalance: msg/s, p99 ms, longest handover ms, duplicates |"
     );
     let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|");
     for (kind, result) in &report.systems {
         let n = numbers(result);
-        let rebalance = n
-            .rebalance
-            .as_ref()
-            .map_or("-".to_owned(), |r| format!("{}, {}, {}", opt_f(r.msgs_per_s, 0), opt(r.p99_ms), r.duplicates));
+        let rebalance = n.rebalance.as_ref().map_or("-".to_owned(), |r| {
+            format!("{}, {}, {}, {}", opt_f(r.msgs_per_s, 0), opt(r.p99_ms), opt(r.handover_max_ms), r.duplicates)
+        });
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
@@ -329,6 +334,7 @@ fn markdown(report: &BenchReport) -> String {
     let _ = writeln!(out, "- Commit: `{}`", m.commit);
     let _ = writeln!(out, "- Machine: {} cores ({}), {:.0} GiB", m.cores, m.cpu, m.memory_gib);
     let _ = writeln!(out, "- MariaDB: {}", opt(m.mariadb.as_ref()));
+    let _ = writeln!(out, "- Kafka group protocol: {}", report.group_protocol);
     for (engine, c) in &report.ceilings {
         let _ = writeln!(
             out,
@@ -340,15 +346,15 @@ fn markdown(report: &BenchReport) -> String {
     out.push_str(&summary_markdown(report));
     out.push_str("\n## Phases\n\n");
     out.push_str(
-        "| system | phase | consumers | offered msg/s | messages | finished | msg/s | p50 ms | p99 ms | added p50 ms | added p99 ms | arrival p50 ms | arrival p99 ms | after arrival p50 ms | after arrival p99 ms | call mean ms | write txns/msg | transitions/msg | MariaDB commits/msg | MariaDB write stmts/msg | MariaDB log writes/msg | RSS MiB | in flight/consumer max | rebalances | duplicates | violations | lost | drained | load avg |\n",
+        "| system | phase | consumers | offered msg/s | messages | finished | msg/s | p50 ms | p99 ms | added p50 ms | added p99 ms | arrival p50 ms | arrival p99 ms | after arrival p50 ms | after arrival p99 ms | call mean ms | write txns/msg | transitions/msg | MariaDB commits/msg | MariaDB write stmts/msg | MariaDB log writes/msg | RSS MiB | in flight/consumer max | rebalances | longest handover ms | processed again | duplicates | violations | lost | drained | load avg |\n",
     );
     out.push_str(
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for p in phases(report) {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {:.1}-{:.1} |",
+            "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1}-{:.1} |",
             p.system,
             p.phase,
             p.consumers,
@@ -373,6 +379,8 @@ fn markdown(report: &BenchReport) -> String {
             p.rss_mib,
             p.in_flight_per_consumer_max,
             p.rebalances,
+            opt(p.handover_max_ms),
+            opt(p.processed_again),
             p.duplicates,
             p.violations,
             p.lost,
@@ -389,7 +397,12 @@ fn markdown(report: &BenchReport) -> String {
          row; baselines: taken from Kafka), the part of the added latency spent before the consumer can \
          act; after arrival = per message, the added latency minus its arrival. Write txns/msg: \
          counted by the consumers' stores (baseline B: by its own counter). MariaDB columns: global server \
-         counters (other clients of the server add noise).\n",
+         counters (other clients of the server add noise). Longest handover: the longest a partition went \
+         from its revocation by one consumer to its next assignment, while loading and draining (from the \
+         consumers' logs; under the classic protocol the embedded broker holds every join for \
+         `session.timeout.ms` - 1 s, 5 s with the bench's 6 s session). Processed again (baselines): \
+         completions of a message already completed, after a rebalance handed its partition on from \
+         an older commit; a baseline's latencies count each message's first completion.\n",
     );
     out.push_str(&cpu_markdown(report));
     out.push_str("\n![throughput and latency over time](chart.svg)\n");
@@ -465,13 +478,13 @@ fn projection(kind: SystemKind, c: &CpuPerMsg) -> String {
 
 fn phases_csv(report: &BenchReport) -> String {
     let mut out = String::from(
-        "system,phase,consumers,offered_per_s,messages,finished,msgs_per_s,p50_ms,p99_ms,added_p50_ms,added_p99_ms,arrival_p50_ms,arrival_p99_ms,after_arrival_p50_ms,after_arrival_p99_ms,call_mean_ms,write_txns_per_msg,transitions_per_msg,mysql_commits_per_msg,mysql_write_statements_per_msg,mysql_log_writes_per_msg,rss_mib,in_flight_per_consumer_max,rebalances,duplicates,violations,lost,drained,load_avg_start,load_avg_end,cpu_consumers_ms,cpu_recovery_ms,cpu_mocks_ms,cpu_lab_ms,cpu_database_ms,cpu_box_ms,box_busy_pct\n",
+        "system,phase,consumers,offered_per_s,messages,finished,msgs_per_s,p50_ms,p99_ms,added_p50_ms,added_p99_ms,arrival_p50_ms,arrival_p99_ms,after_arrival_p50_ms,after_arrival_p99_ms,call_mean_ms,write_txns_per_msg,transitions_per_msg,mysql_commits_per_msg,mysql_write_statements_per_msg,mysql_log_writes_per_msg,rss_mib,in_flight_per_consumer_max,rebalances,handover_max_ms,processed_again,duplicates,violations,lost,drained,load_avg_start,load_avg_end,cpu_consumers_ms,cpu_recovery_ms,cpu_mocks_ms,cpu_lab_ms,cpu_database_ms,cpu_box_ms,box_busy_pct\n",
     );
     let csv = |v: Option<String>| v.unwrap_or_default();
     for p in phases(report) {
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{:.1},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.1},{},{},{},{},{},{},{:.2},{:.2},{}",
+            "{},{},{},{},{},{},{:.1},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.1},{},{},{},{},{},{},{},{},{:.2},{:.2},{}",
             p.system,
             p.phase,
             p.consumers,
@@ -496,6 +509,8 @@ fn phases_csv(report: &BenchReport) -> String {
             p.rss_mib,
             p.in_flight_per_consumer_max,
             p.rebalances,
+            csv(p.handover_max_ms.map(|v| v.to_string())),
+            csv(p.processed_again.map(|v| v.to_string())),
             p.duplicates,
             p.violations,
             p.lost,

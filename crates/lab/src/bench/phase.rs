@@ -118,10 +118,16 @@ pub struct PhaseResult {
     pub rss_mib: f64,
     /// Most sagas one consumer held in flight at a sample (midflight; from the table).
     pub in_flight_per_consumer_max: u64,
+    /// Baselines: how many times a message already finished was finished again (its latency
+    /// counts its first completion). `None` for midflight, whose inbox skips redeliveries.
+    pub processed_again: Option<usize>,
     pub duplicates: usize,
     pub violations: usize,
     pub lost: usize,
     pub rebalances: usize,
+    /// The longest a partition went from its revocation by one consumer to its assignment to
+    /// the next, while loading and draining (from the consumers' logs; `None`: no handover).
+    pub handover_max_ms: Option<i64>,
     pub drained: bool,
     pub load_avg_start: f64,
     pub load_avg_end: f64,
@@ -168,6 +174,7 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
         cpu,
     };
     let started = Instant::now();
+    let loading_from_ms = crate::timings::now_ms();
     let (messages, rebalances) = match load {
         Load::Peak => (run.peak(args, &prefix, &mut expected, consumers).await?, 0),
         Load::Paced { rate, rebalance_every_s } => {
@@ -182,7 +189,10 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
     let load_avg_end = load_average();
     let Running { produced_at, samples, cpu, .. } = run;
     let rss_mib = rss_hwm_mib(&mut system);
+    let stopping_at_ms = crate::timings::now_ms();
     stop_consumers(&mut system);
+    let handover_max_ms =
+        crate::membership::longest_handover_ms(&system.dir.join("logs"), loading_from_ms, stopping_at_ms)?;
     let stopped = stopped_counters(&system.dir.join("logs"))?;
     println!("{name}: collecting");
     let outcome = collect(&system, kind, &expected).await?;
@@ -241,10 +251,12 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
         cpu: cpu.per_msg(finished),
         rss_mib,
         in_flight_per_consumer_max: samples_in_flight_max(&progress),
+        processed_again: outcome.processed_again,
         duplicates: outcome.duplicates,
         violations: outcome.violations,
         lost: outcome.lost,
         rebalances,
+        handover_max_ms,
         drained,
         load_avg_start,
         load_avg_end,
@@ -286,6 +298,7 @@ fn spec(args: &BenchArgs, run_dir: &Path, kind: SystemKind, name: &str) -> Syste
     spec.log_filter = "warn,midflight_consumer=info,midflight_lab=info".to_owned();
     spec.log_format = "json".to_owned();
     spec.worker_threads = args.worker_threads;
+    spec.group_protocol = args.group_protocol;
     if kind.is_midflight() {
         spec.consumer_set = args.consumer_set.clone();
     }
@@ -669,6 +682,8 @@ fn find_u64(value: &serde_json::Value, key: &str) -> Option<u64> {
 /// What the run left behind, checked.
 struct Outcome {
     timings: Vec<crate::timings::Timing>,
+    /// Baselines: completions of messages already completed once (see `first_completions`).
+    processed_again: Option<usize>,
     duplicates: usize,
     violations: usize,
     lost: usize,
@@ -707,6 +722,7 @@ async fn collect(system: &System, kind: SystemKind, expected: &Expected) -> anyh
             .collect();
         return Ok(Outcome {
             timings,
+            processed_again: None,
             duplicates: report.duplicate_effects,
             violations: report.violations.len(),
             lost: report.lost,
@@ -718,10 +734,33 @@ async fn collect(system: &System, kind: SystemKind, expected: &Expected) -> anyh
         .flat_map(|ledger| effects_by_order(ledger).into_values())
         .map(|count| count.saturating_sub(1))
         .sum();
-    let timings = crate::timings::read_dir(&system.dir.join("timings"))?;
+    let (timings, processed_again) = first_completions(crate::timings::read_dir(&system.dir.join("timings"))?);
     let finished: std::collections::HashSet<&str> = timings.iter().map(|t| t.biz_id.as_str()).collect();
     let lost = expected.orders.iter().filter(|id| !finished.contains(id.as_str())).count();
-    Ok(Outcome { timings, duplicates, violations: duplicates, lost })
+    Ok(Outcome { timings, processed_again: Some(processed_again), duplicates, violations: duplicates, lost })
+}
+
+/// A baseline records a message each time it finishes it: a rebalance hands a partition on
+/// from its last committed offset, and its new owner runs again what the old one had finished
+/// (the downstreams absorb the repeated calls, since the keys are the same). Each message's
+/// latency is that of its first completion; the later ones are counted and returned.
+fn first_completions(records: Vec<crate::timings::Timing>) -> (Vec<crate::timings::Timing>, usize) {
+    let total = records.len();
+    let mut first: BTreeMap<String, crate::timings::Timing> = BTreeMap::new();
+    for record in records {
+        match first.entry(record.biz_id.clone()) {
+            std::collections::btree_map::Entry::Vacant(slot) => {
+                slot.insert(record);
+            }
+            std::collections::btree_map::Entry::Occupied(mut slot) => {
+                if record.done_at_ms < slot.get().done_at_ms {
+                    slot.insert(record);
+                }
+            }
+        }
+    }
+    let again = total - first.len();
+    (first.into_values().collect(), again)
 }
 
 /// End-to-end and added latencies, with when each message finished.
@@ -811,6 +850,22 @@ mod tests {
 
     fn timing(received_at_ms: Option<i64>, done_at_ms: i64, call_ms: u64) -> Timing {
         Timing { biz_id: "order-1:created".to_owned(), received_at_ms, done_at_ms, call_ms }
+    }
+
+    #[test]
+    fn a_message_finished_twice_counts_once_at_its_first_completion() {
+        let at = |biz_id: &str, done_at_ms| Timing {
+            biz_id: biz_id.to_owned(),
+            received_at_ms: None,
+            done_at_ms,
+            call_ms: 0,
+        };
+        let records = vec![at("a:PAID", 9_000), at("b:PAID", 2_000), at("a:PAID", 1_000), at("a:PAID", 5_000)];
+        let (firsts, again) = first_completions(records);
+        assert_eq!(again, 2);
+        let done: Vec<(&str, i64)> = firsts.iter().map(|t| (t.biz_id.as_str(), t.done_at_ms)).collect();
+        assert_eq!(done, [("a:PAID", 1_000), ("b:PAID", 2_000)]);
+        assert_eq!(first_completions(Vec::new()).1, 0);
     }
 
     #[test]

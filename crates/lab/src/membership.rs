@@ -1,0 +1,218 @@
+//! Consumer group membership in the lab: the baselines' group settings, their assignment log
+//! lines, and how long partitions went without an owner during a run, read back from every
+//! consumer's log.
+//!
+//! midflight's consumer logs each assignment change as `partitions revoked` (field `revoked`)
+//! and `partitions assigned` (field `assigned`), partitions written `topic/partition` and
+//! separated by commas (`midflight_consumer::kafka`). The baselines log the same lines here, so
+//! one reader measures every system.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use anyhow::Context;
+use midflight_config::KafkaSection;
+use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
+use rdkafka::{ClientConfig, ClientContext, TopicPartitionList};
+
+use crate::system::GroupProtocol;
+
+const REVOKED: &str = "partitions revoked";
+const ASSIGNED: &str = "partitions assigned";
+
+/// Group membership settings of a baseline's consumer (midflight's consumer does the same in
+/// its own crate): under the classic protocol the assignor, if one is named (`None` keeps
+/// librdkafka's default), and the session timeout; under KIP-848 the broker owns both and
+/// librdkafka refuses them.
+pub fn group_membership(client: &mut ClientConfig, kafka: &KafkaSection, assignor: Option<&str>) {
+    client.set("group.protocol", &kafka.group_protocol);
+    if kafka.group_protocol == GroupProtocol::Classic.as_str() {
+        if let Some(assignor) = assignor {
+            client.set("partition.assignment.strategy", assignor);
+        }
+        client.set("session.timeout.ms", kafka.session_timeout_ms.to_string());
+    }
+}
+
+/// A baseline consumer's context: logs every assignment change as midflight's consumer does.
+pub struct RebalanceLog;
+
+impl ClientContext for RebalanceLog {}
+
+impl ConsumerContext for RebalanceLog {
+    fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(list) = rebalance {
+            tracing::info!(revoked = %describe(list), "partitions revoked");
+        }
+    }
+
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(list) = rebalance {
+            tracing::info!(assigned = %describe(list), "partitions assigned");
+        }
+    }
+}
+
+fn describe(list: &TopicPartitionList) -> String {
+    let parts: Vec<String> = list.elements().iter().map(|e| format!("{}/{}", e.topic(), e.partition())).collect();
+    parts.join(",")
+}
+
+/// One assignment change a consumer logged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Change {
+    at_ms: i64,
+    assigned: bool,
+    partitions: Vec<String>,
+}
+
+/// The longest time a partition went from its revocation by a consumer to its next assignment
+/// (to any consumer), over the changes every `consumer-*` log in `logs` records from `from_ms`
+/// until before `until_ms` (ms since the Unix epoch). A revocation with no assignment before
+/// `until_ms` does not count. `None`: no partition was handed over in that window.
+pub fn longest_handover_ms(logs: &Path, from_ms: i64, until_ms: i64) -> anyhow::Result<Option<i64>> {
+    let mut changes = Vec::new();
+    for entry in std::fs::read_dir(logs).with_context(|| format!("cannot list {}", logs.display()))? {
+        let path = entry?.path();
+        if !path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("consumer-")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        changes.extend(text.lines().filter_map(parse_change).filter(|c| (from_ms..until_ms).contains(&c.at_ms)));
+    }
+    Ok(longest_gap(changes))
+}
+
+fn parse_change(line: &str) -> Option<Change> {
+    // Only lines that mention a change are parsed: a consumer's log is mostly other lines.
+    if !line.contains(REVOKED) && !line.contains(ASSIGNED) {
+        return None;
+    }
+    let json: serde_json::Value = serde_json::from_str(line).ok()?;
+    let (assigned, field) = match json.get("message")?.as_str()? {
+        REVOKED => (false, "revoked"),
+        ASSIGNED => (true, "assigned"),
+        _ => return None,
+    };
+    let at_ms = rfc3339_utc_ms(json.get("timestamp")?.as_str()?)?;
+    let partitions = json.get(field)?.as_str()?.split(',').filter(|p| !p.is_empty()).map(str::to_owned).collect();
+    Some(Change { at_ms, assigned, partitions })
+}
+
+fn longest_gap(mut changes: Vec<Change>) -> Option<i64> {
+    // Within one millisecond a revocation goes first: it cannot follow an assignment it caused.
+    changes.sort_by_key(|c| (c.at_ms, c.assigned));
+    let mut unowned_since: HashMap<String, i64> = HashMap::new();
+    let mut longest: Option<i64> = None;
+    for change in changes {
+        for partition in change.partitions {
+            if change.assigned {
+                if let Some(since) = unowned_since.remove(&partition) {
+                    let gap = change.at_ms - since;
+                    longest = Some(longest.map_or(gap, |l| l.max(gap)));
+                }
+            } else {
+                unowned_since.entry(partition).or_insert(change.at_ms);
+            }
+        }
+    }
+    longest
+}
+
+/// Milliseconds since the Unix epoch of a UTC RFC 3339 timestamp as the services' JSON logs
+/// write it (`2026-12-02T17:59:25.636415Z`).
+fn rfc3339_utc_ms(text: &str) -> Option<i64> {
+    let (date, time) = text.strip_suffix('Z')?.split_once('T')?;
+    let mut ymd = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (year, month, day) = (ymd.next()??, ymd.next()??, ymd.next()??);
+    let (hms, fraction) = time.split_once('.').unwrap_or((time, "0"));
+    let mut parts = hms.splitn(3, ':').map(|p| p.parse::<i64>().ok());
+    let (hour, minute, second) = (parts.next()??, parts.next()??, parts.next()??);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 || second > 60 {
+        return None;
+    }
+    let millis: i64 = format!("{fraction:0<3}").get(..3)?.parse().ok()?;
+    Some(days_from_civil(year, month, day) * 86_400_000 + ((hour * 60 + minute) * 60 + second) * 1_000 + millis)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(at: &str, message: &str, field: &str, partitions: &str) -> String {
+        serde_json::json!({"timestamp": at, "level": "INFO", "message": message, "owner": "c", field: partitions})
+            .to_string()
+    }
+
+    #[test]
+    fn timestamps_read_as_milliseconds_since_the_epoch() {
+        assert_eq!(rfc3339_utc_ms("1970-01-01T00:00:00.000Z"), Some(0));
+        assert_eq!(rfc3339_utc_ms("1970-01-02T00:00:01Z"), Some(86_401_000));
+        // date -u -d 2026-12-02T17:59:25 +%s gives 1796234365.
+        assert_eq!(rfc3339_utc_ms("2026-12-02T17:59:25.636415Z"), Some(1_796_234_365_636));
+        assert_eq!(rfc3339_utc_ms("2024-02-29T00:00:00.5Z"), Some(1_709_164_800_500));
+        for bad in ["2026-12-02T17:59:25", "2026-13-02T00:00:00Z", "yesterday", "2026-12-02 17:59:25Z"] {
+            assert_eq!(rfc3339_utc_ms(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_partition_handed_over_counts_from_its_revocation_to_its_next_assignment() {
+        let logs = [
+            line("2026-12-02T10:00:00.000Z", ASSIGNED, "assigned", "orders/0,orders/1,orders/2"),
+            // Consumer 1 gives up 1 and 2; consumer 3 gets them 5.1 s and 0.2 s later.
+            line("2026-12-02T10:00:20.000Z", REVOKED, "revoked", "orders/1,orders/2"),
+            line("2026-12-02T10:00:20.200Z", ASSIGNED, "assigned", "orders/2"),
+            line("2026-12-02T10:00:20.300Z", ASSIGNED, "assigned", ""),
+            line("2026-12-02T10:00:25.100Z", ASSIGNED, "assigned", "orders/1"),
+            // Revoked at the end and never assigned again: not a handover.
+            line("2026-12-02T10:01:00.000Z", REVOKED, "revoked", "orders/0"),
+            r#"{"timestamp":"2026-12-02T10:00:21.000Z","level":"INFO","message":"resuming partitions"}"#.to_owned(),
+            "not json, partitions revoked".to_owned(),
+        ];
+        let changes: Vec<Change> = logs.iter().filter_map(|l| parse_change(l)).collect();
+        assert_eq!(changes.len(), 6);
+        assert_eq!(changes[1].partitions, ["orders/1", "orders/2"]);
+        assert!(changes[4].assigned);
+        assert_eq!(longest_gap(changes), Some(5_100));
+        assert_eq!(longest_gap(Vec::new()), None);
+    }
+
+    #[test]
+    fn only_the_window_counts_and_only_consumer_logs_are_read() {
+        let dir = std::env::temp_dir().join(format!("midflight-membership-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        let consumer = [
+            line("2026-12-02T10:00:00.000Z", REVOKED, "revoked", "orders/5"),
+            line("2026-12-02T10:00:03.000Z", ASSIGNED, "assigned", "orders/5"),
+            line("2026-12-02T10:00:10.000Z", REVOKED, "revoked", "orders/6"),
+        ];
+        std::fs::write(dir.join("consumer-1.0.log"), consumer.join("\n")).expect("consumer-1 log");
+        let other = [line("2026-12-02T10:00:11.000Z", ASSIGNED, "assigned", "orders/6")];
+        std::fs::write(dir.join("consumer-2.0.log"), other.join("\n")).expect("consumer-2 log");
+        // A mock's log is not a consumer's, whatever it says.
+        std::fs::write(dir.join("mock-wms.0.log"), line("2026-12-02T10:00:30.000Z", ASSIGNED, "assigned", "orders/6"))
+            .expect("mock log");
+        let at = |t: &str| rfc3339_utc_ms(t).expect("timestamp");
+        let whole =
+            longest_handover_ms(&dir, at("2026-12-02T09:00:00Z"), at("2026-12-02T11:00:00Z")).expect("read logs");
+        assert_eq!(whole, Some(3_000));
+        let later =
+            longest_handover_ms(&dir, at("2026-12-02T10:00:05Z"), at("2026-12-02T11:00:00Z")).expect("read logs");
+        assert_eq!(later, Some(1_000));
+        let cut =
+            longest_handover_ms(&dir, at("2026-12-02T10:00:05Z"), at("2026-12-02T10:00:10.500Z")).expect("read logs");
+        assert_eq!(cut, None);
+        std::fs::remove_dir_all(&dir).expect("remove scratch directory");
+    }
+}
