@@ -191,9 +191,9 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
     let rss_mib = rss_hwm_mib(&mut system);
     let stopping_at_ms = crate::timings::now_ms();
     stop_consumers(&mut system);
-    let handover_max_ms =
-        crate::membership::longest_handover_ms(&system.dir.join("logs"), loading_from_ms, stopping_at_ms)?;
-    let stopped = stopped_counters(&system.dir.join("logs"))?;
+    let logs = consumer_logs(&system.dir.join("logs"))?;
+    let handover_max_ms = crate::membership::longest_handover_ms(&logs, loading_from_ms, stopping_at_ms);
+    let stopped = stopped_counters(&logs);
     println!("{name}: collecting");
     let outcome = collect(&system, kind, &expected).await?;
     system.shutdown();
@@ -649,14 +649,22 @@ struct Stopped {
     transitions: Option<u64>,
 }
 
-fn stopped_counters(logs: &Path) -> anyhow::Result<Stopped> {
-    let mut stopped = Stopped::default();
-    for entry in std::fs::read_dir(logs).with_context(|| format!("cannot list {}", logs.display()))? {
+/// The text of every consumer's log file in `dir` (every incarnation of every consumer).
+fn consumer_logs(dir: &Path) -> anyhow::Result<Vec<String>> {
+    let mut texts = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
         let path = entry?.path();
         if !path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("consumer-")) {
             continue;
         }
-        let text = std::fs::read_to_string(&path)?;
+        texts.push(std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?);
+    }
+    Ok(texts)
+}
+
+fn stopped_counters(logs: &[String]) -> Stopped {
+    let mut stopped = Stopped::default();
+    for text in logs {
         for line in text.lines().filter(|l| l.contains("consumer stopped")) {
             let Ok(json) = serde_json::from_str::<serde_json::Value>(line) else { continue };
             for (key, slot) in [("write_txns", &mut stopped.write_txns), ("transitions", &mut stopped.transitions)] {
@@ -666,7 +674,7 @@ fn stopped_counters(logs: &Path) -> anyhow::Result<Stopped> {
             }
         }
     }
-    Ok(stopped)
+    stopped
 }
 
 /// The first number under `key` anywhere in a JSON log line (fields may be nested).
@@ -850,6 +858,35 @@ mod tests {
 
     fn timing(received_at_ms: Option<i64>, done_at_ms: i64, call_ms: u64) -> Timing {
         Timing { biz_id: "order-1:created".to_owned(), received_at_ms, done_at_ms, call_ms }
+    }
+
+    #[test]
+    fn only_the_window_counts_and_only_consumer_logs_are_read() {
+        let line = |at: &str, message: &str, field: &str, partitions: &str| {
+            serde_json::json!({"timestamp": at, "level": "INFO", "message": message, field: partitions}).to_string()
+        };
+        let (revoked, assigned) = ("partitions revoked", "partitions assigned");
+        let dir = std::env::temp_dir().join(format!("midflight-phase-logs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        let consumer = [
+            line("2026-12-02T10:00:00.000Z", revoked, "revoked", "orders/5"),
+            line("2026-12-02T10:00:03.000Z", assigned, "assigned", "orders/5"),
+            line("2026-12-02T10:00:10.000Z", revoked, "revoked", "orders/6"),
+        ];
+        std::fs::write(dir.join("consumer-1.0.log"), consumer.join("\n")).expect("consumer-1 log");
+        let other = [line("2026-12-02T10:00:11.000Z", assigned, "assigned", "orders/6")];
+        std::fs::write(dir.join("consumer-2.0.log"), other.join("\n")).expect("consumer-2 log");
+        // A mock's log is not a consumer's, whatever it says.
+        std::fs::write(dir.join("mock-wms.0.log"), line("2026-12-02T10:00:30.000Z", assigned, "assigned", "orders/6"))
+            .expect("mock log");
+        let logs = consumer_logs(&dir).expect("read logs");
+        std::fs::remove_dir_all(&dir).expect("remove scratch directory");
+        // 2026-12-02T10:00:00Z is 1,796,205,600 s after the epoch.
+        let at = |s_after_ten: i64| (1_796_205_600 + s_after_ten) * 1_000;
+        let handover = |from_ms, until_ms| crate::membership::longest_handover_ms(&logs, from_ms, until_ms);
+        assert_eq!(handover(at(-3_600), at(3_600)), Some(3_000));
+        assert_eq!(handover(at(5), at(3_600)), Some(1_000));
+        assert_eq!(handover(at(5), at(10) + 500), None);
     }
 
     #[test]
