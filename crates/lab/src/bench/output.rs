@@ -310,7 +310,7 @@ fn targets(report: &BenchReport) -> String {
         let _ = writeln!(
             out,
             "- consumer RSS <= {TARGET_RSS_MIB:.0} MiB (peak phase; most sagas one consumer held: {}): {:.0} MiB: {}",
-            peak.in_flight_per_consumer_max,
+            opt(peak.in_flight_per_consumer_max),
             peak.rss_mib,
             verdict(peak.rss_mib <= TARGET_RSS_MIB)
         );
@@ -377,7 +377,7 @@ fn markdown(report: &BenchReport) -> String {
             opt_f(p.mysql.map(|m| m.write_statements_per_msg), 2),
             opt_f(p.mysql.map(|m| m.log_writes_per_msg), 3),
             p.rss_mib,
-            p.in_flight_per_consumer_max,
+            opt(p.in_flight_per_consumer_max),
             p.rebalances,
             opt(p.handover_max_ms),
             opt(p.processed_again),
@@ -397,12 +397,14 @@ fn markdown(report: &BenchReport) -> String {
          row; baselines: taken from Kafka), the part of the added latency spent before the consumer can \
          act; after arrival = per message, the added latency minus its arrival. Write txns/msg: \
          counted by the consumers' stores (baseline B: by its own counter). MariaDB columns: global server \
-         counters (other clients of the server add noise). Longest handover: the longest a partition went \
-         from its revocation by one consumer to its next assignment, while loading and draining (from the \
-         consumers' logs; under the classic protocol the embedded broker holds every join for \
-         `session.timeout.ms` - 1 s, 5 s with the bench's 6 s session). Processed again (baselines): \
-         completions of a message already completed, after a rebalance handed its partition on from \
-         an older commit; a baseline's latencies count each message's first completion.\n",
+         counters (other clients of the server add noise). In flight/consumer max: the most sagas one \
+         consumer held at a sample, from the saga table (midflight; a baseline keeps no such count). \
+         Longest handover: the longest a partition went from its revocation by one consumer to its \
+         next assignment, while loading and draining (from the consumers' logs; under the classic \
+         protocol the embedded broker holds every join for `session.timeout.ms` - 1 s, 5 s with the \
+         bench's 6 s session). Processed again (baselines): completions of a message already \
+         completed, after a rebalance handed its partition on from an older commit; a baseline's \
+         latencies count each message's first completion.\n",
     );
     out.push_str(&cpu_markdown(report));
     out.push_str("\n![throughput and latency over time](chart.svg)\n");
@@ -507,7 +509,7 @@ fn phases_csv(report: &BenchReport) -> String {
             csv(p.mysql.map(|m| format!("{:.3}", m.write_statements_per_msg))),
             csv(p.mysql.map(|m| format!("{:.4}", m.log_writes_per_msg))),
             p.rss_mib,
-            p.in_flight_per_consumer_max,
+            csv(p.in_flight_per_consumer_max.map(|v| v.to_string())),
             p.rebalances,
             csv(p.handover_max_ms.map(|v| v.to_string())),
             csv(p.processed_again.map(|v| v.to_string())),

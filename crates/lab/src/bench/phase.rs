@@ -116,8 +116,9 @@ pub struct PhaseResult {
     pub cpu: Option<CpuPerMsg>,
     /// Highest VmHWM of any consumer process, MiB.
     pub rss_mib: f64,
-    /// Most sagas one consumer held in flight at a sample (midflight; from the table).
-    pub in_flight_per_consumer_max: u64,
+    /// Most sagas one consumer held in flight at a sample (midflight, from the table; `None`
+    /// for a baseline, whose consumers keep no such count the lab could read).
+    pub in_flight_per_consumer_max: Option<u64>,
     /// Baselines: how many times a message already finished was finished again (its latency
     /// counts its first completion). `None` for midflight, whose inbox skips redeliveries.
     pub processed_again: Option<usize>,
@@ -250,7 +251,7 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
         }),
         cpu: cpu.per_msg(finished),
         rss_mib,
-        in_flight_per_consumer_max: samples_in_flight_max(&progress),
+        in_flight_per_consumer_max: kind.is_midflight().then(|| samples_in_flight_max(&progress)),
         processed_again: outcome.processed_again,
         duplicates: outcome.duplicates,
         violations: outcome.violations,
