@@ -51,6 +51,10 @@ pub struct BenchArgs {
     /// MariaDB/MySQL server for the MariaDB systems and baselines (a fresh database per run).
     #[arg(long, env = "MIDFLIGHT_LAB_MYSQL_URL")]
     pub mysql_url: Option<String>,
+    /// An external Kafka's `bootstrap.servers` instead of the embedded cluster: each run
+    /// creates topics and a consumer group of its own there (`lab.<run>.<system>.*`).
+    #[arg(long)]
+    pub kafka: Option<String>,
     /// Systems to run, in order.
     #[arg(long, value_delimiter = ',', default_value = "midflight-mariadb,midflight-sqlite,baseline-a,baseline-b")]
     pub systems: Vec<SystemKind>,
@@ -155,6 +159,8 @@ pub struct BenchReport {
     pub command: String,
     /// The consumers' group protocol (`classic` or `consumer`).
     pub group_protocol: &'static str,
+    /// Which Kafka: `embedded`, or the external one's bootstrap servers.
+    pub kafka: String,
     pub systems: BTreeMap<SystemKind, SystemResult>,
     /// Per engine (`mariadb`, `sqlite`): the single-row commit rate measured.
     pub ceilings: BTreeMap<String, ceiling::Ceiling>,
@@ -199,6 +205,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<bool> {
         machine,
         command: command_line(),
         group_protocol: args.group_protocol.as_str(),
+        kafka: args.kafka.clone().unwrap_or_else(|| "embedded".to_owned()),
         systems: BTreeMap::new(),
         ceilings,
     };

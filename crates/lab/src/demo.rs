@@ -29,6 +29,10 @@ pub struct DemoArgs {
     /// A MySQL server URL to run on (a fresh database is created); SQLite files otherwise.
     #[arg(long)]
     pub mysql_url: Option<String>,
+    /// An external Kafka's `bootstrap.servers` instead of the embedded cluster: each run
+    /// creates topics and a consumer group of its own there (`lab.<run>.<system>.*`).
+    #[arg(long)]
+    pub kafka: Option<String>,
     /// Where runs keep their logs and databases.
     #[arg(long, default_value = "run")]
     pub run_dir: PathBuf,
@@ -74,6 +78,7 @@ fn plan(args: &DemoArgs, run_dir: &std::path::Path, legacy: bool) -> Plan {
     let mut spec = SystemSpec::new(name, run_dir);
     spec.legacy = legacy;
     spec.mysql_url = args.mysql_url.clone();
+    spec.kafka_bootstrap = args.kafka.clone();
     spec.wms_faults = wms_faults(args);
     spec.logistics_faults = latency("CreateShipment", 110, 320, args.seed + 1);
     let workload = Workload::orders(args.seed, args.messages, "ORD");

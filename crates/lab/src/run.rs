@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use crate::process::Signal;
 use crate::report::RunReport;
-use crate::system::{DEAD_LETTER_TOPIC, NOTIFICATION_TOPIC, System, SystemSpec};
+use crate::system::{System, SystemSpec};
 use crate::workload::Workload;
 
 /// How often the runner looks at the clock, the table and the schedule.
@@ -173,7 +173,8 @@ pub async fn execute(plan: Plan) -> anyhow::Result<RunReport> {
     let legacy = plan.spec.legacy;
     println!("{name}: starting {} process(es)", plan.spec.consumers + plan.spec.recovery_workers + 2);
     let mut system = System::start(plan.spec.clone()).await?;
-    let mut expected = plan.workload.produce(&system.kafka).await.context("cannot produce the workload")?;
+    let mut expected =
+        plan.workload.produce(&system.kafka, &system.names.order_topic).await.context("cannot produce the workload")?;
     println!("{name}: produced {} message(s); running", expected.messages());
     let started = Instant::now();
     let progress = progress_bar(&name, expected.messages());
@@ -219,7 +220,8 @@ pub async fn execute(plan: Plan) -> anyhow::Result<RunReport> {
                 // not hold up the schedule that will bring the broker back.
                 let wave = Workload::orders(*seed, *orders, &format!("{}-W{seed}", plan.workload.prefix));
                 let kafka = EmbeddedKafka::connect(system.kafka.bootstrap_servers())?;
-                waves.push(tokio::spawn(async move { wave.produce(&kafka).await }));
+                let topic = system.names.order_topic.clone();
+                waves.push(tokio::spawn(async move { wave.produce(&kafka, &topic).await }));
             } else {
                 apply(&mut system, &scheduled.action, &mut intentional).await?;
             }
@@ -261,7 +263,7 @@ pub async fn execute(plan: Plan) -> anyhow::Result<RunReport> {
         legacy_report(&system, &expected, &name).await?
     } else {
         let mut snapshot = Snapshot::collect(&system.store, &system.downstreams()?, Duration::from_secs(30)).await?;
-        snapshot.notifications = Some(keys(&system, NOTIFICATION_TOPIC).await?);
+        snapshot.notifications = Some(keys(&system, &system.names.notification_topic).await?);
         snapshot.dead_letters = Some(dead_letter_ids(&system).await?);
         RunReport::from_check(&name, check(&snapshot, &expected))
     };
@@ -329,7 +331,7 @@ async fn apply(system: &mut System, action: &Action, intentional: &mut BTreeSet<
         Action::BrokerDown { broker } => system.kafka.broker_down(*broker)?,
         Action::BrokerUp { broker } => system.kafka.broker_up(*broker)?,
         Action::LeaderChange { partition, broker } => {
-            system.kafka.set_leader(crate::system::ORDER_TOPIC, *partition, *broker)?;
+            system.kafka.set_leader(&system.names.order_topic, *partition, *broker)?;
         }
         Action::DatabaseOutage { ms } => {
             let proxy = system.proxy.as_ref().context("database_outage needs the database proxy (needs_mysql)")?;
@@ -389,7 +391,7 @@ async fn keys(system: &System, topic: &str) -> anyhow::Result<Vec<String>> {
 
 /// The parked biz_ids the dead-letter copies name in their header.
 async fn dead_letter_ids(system: &System) -> anyhow::Result<Vec<String>> {
-    let records = system.kafka.read_topic(DEAD_LETTER_TOPIC, TOPIC_READ_TIMEOUT).await?;
+    let records = system.kafka.read_topic(&system.names.dead_letter_topic, TOPIC_READ_TIMEOUT).await?;
     Ok(records.into_iter().filter_map(|r| r.headers.get(midflight_consumer::BIZ_ID_HEADER).cloned()).collect())
 }
 

@@ -42,6 +42,11 @@ pub struct ScenarioArgs {
     /// others run on SQLite files.
     #[arg(long, env = "MIDFLIGHT_LAB_MYSQL_URL")]
     pub mysql_url: Option<String>,
+    /// An external Kafka's `bootstrap.servers` instead of the embedded cluster: each run
+    /// creates topics and a consumer group of its own there (`lab.<run>.<system>.*`). The
+    /// scenarios that take brokers down or move leaders need the embedded cluster.
+    #[arg(long)]
+    pub kafka: Option<String>,
     #[arg(long, default_value = "run")]
     pub run_dir: PathBuf,
     #[arg(long)]
@@ -138,6 +143,14 @@ impl Scenario {
         Ok(scenario)
     }
 
+    /// Whether a step acts on the brokers themselves, which the lab can do only to the
+    /// embedded cluster.
+    fn acts_on_brokers(&self) -> bool {
+        self.schedule.iter().any(|step| {
+            matches!(step.action, Action::BrokerDown { .. } | Action::BrokerUp { .. } | Action::LeaderChange { .. })
+        })
+    }
+
     /// Whether a step cuts the services' database connections (through the lab's proxy).
     fn cuts_database(&self) -> bool {
         self.schedule.iter().any(|step| matches!(step.action, Action::DatabaseOutage { .. }))
@@ -159,6 +172,7 @@ impl Scenario {
         }
         // Only a scenario that cuts the connection pays for the proxy in between.
         spec.database_proxy = self.cuts_database();
+        spec.kafka_bootstrap = args.kafka.clone();
         let mut workload = Workload::orders(seed_of(name), self.messages, &format!("S{}", seed_of(name) % 1000));
         workload.unserviceable = self.unserviceable;
         workload.second_events = self.second_events;
@@ -228,6 +242,7 @@ pub async fn run(args: ScenarioArgs) -> anyhow::Result<bool> {
     let run_dir = args.run_dir.join(format!("scenarios-{}", crate::timestamp()));
     let mut reports = Vec::new();
     let mut all_passed = true;
+    let mut skipped = Vec::new();
     for (name, text) in selected {
         let scenario = Scenario::parse(name, text)?;
         if scenario.needs_mysql && args.mysql_url.as_deref().is_none_or(str::is_empty) {
@@ -235,6 +250,16 @@ pub async fn run(args: ScenarioArgs) -> anyhow::Result<bool> {
                 "scenario {name} runs its saga store on MySQL (its header says why) and needs --mysql-url \
                  (or MIDFLIGHT_LAB_MYSQL_URL)"
             );
+        }
+        if scenario.acts_on_brokers() && args.kafka.is_some() {
+            let why =
+                "it takes brokers down or moves partition leaders, which the lab can do only on the embedded Kafka";
+            if wanted != "all" {
+                bail!("scenario {name} cannot run with --kafka: {why}");
+            }
+            println!("scenario {name}: SKIPPED ({why})\n");
+            skipped.push(name);
+            continue;
         }
         println!("scenario {name}\n    {}", header(text));
         let mut report = execute(scenario.plan(name, &args, &run_dir)).await?;
@@ -245,6 +270,9 @@ pub async fn run(args: ScenarioArgs) -> anyhow::Result<bool> {
         println!("scenario {name}: {}\n", if passed { "PASS" } else { "FAIL" });
         all_passed &= passed;
         reports.push(report);
+    }
+    if !skipped.is_empty() {
+        println!("not run on {}: {}", args.kafka.as_deref().unwrap_or_default(), skipped.join(", "));
     }
     if let Some(path) = &args.report_json {
         let text = serde_json::to_string_pretty(&reports)?;
@@ -291,6 +319,7 @@ mod tests {
             name: Some("t".into()),
             list: false,
             mysql_url: Some("mysql://root@127.0.0.1:3306/test".into()),
+            kafka: None,
             run_dir: PathBuf::from("run"),
             report_json: None,
         };
@@ -303,5 +332,15 @@ mod tests {
         let sqlite =
             Scenario::parse("t", "messages = 10\n").expect("the embedded default").plan("t", &args, &args.run_dir);
         assert!(!sqlite.spec.database_proxy && sqlite.spec.mysql_url.is_none());
+    }
+
+    #[test]
+    fn the_scenarios_that_act_on_brokers_are_known() {
+        let acting: Vec<&str> = CATALOGUE
+            .iter()
+            .filter(|(name, text)| Scenario::parse(name, text).expect("parses").acts_on_brokers())
+            .map(|(name, _)| *name)
+            .collect();
+        assert_eq!(acting, ["broker-faults"], "these need the embedded Kafka");
     }
 }

@@ -56,6 +56,7 @@ pub enum StackCommand {
 struct State {
     pid: u32,
     bootstrap_servers: String,
+    order_topic: String,
     database_url: String,
     wms: String,
     logistics: String,
@@ -131,7 +132,7 @@ async fn produce(state_path: &Path, messages: usize, seed: u64) -> anyhow::Resul
     let state: State = serde_json::from_str(&text)?;
     let kafka = midflight_stack::kafka::EmbeddedKafka::connect(&state.bootstrap_servers)?;
     let workload = Workload::orders(seed, messages, &format!("M{seed}"));
-    let expected = workload.produce(&kafka).await?;
+    let expected = workload.produce(&kafka, &state.order_topic).await?;
     println!("produced {} orders", expected.orders.len());
     Ok(true)
 }
@@ -148,6 +149,7 @@ async fn serve(dir: &Path, state_path: &Path, consumers: usize, mysql_url: Optio
     let state = State {
         pid: std::process::id(),
         bootstrap_servers: system.kafka.bootstrap_servers().to_owned(),
+        order_topic: system.names.order_topic.clone(),
         database_url: system.database_url.clone(),
         wms: system.wms_endpoint.clone(),
         logistics: system.logistics_endpoint.clone(),

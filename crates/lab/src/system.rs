@@ -27,10 +27,12 @@ use serde::Serialize;
 
 use crate::process::{Signal, Spec, Supervisor};
 
-pub const ORDER_TOPIC: &str = "orders";
-pub const NOTIFICATION_TOPIC: &str = "notifications";
-pub const DEAD_LETTER_TOPIC: &str = "orders.dlt";
-pub const GROUP: &str = "midflight-orders";
+const ORDER_TOPIC: &str = "orders";
+const NOTIFICATION_TOPIC: &str = "notifications";
+const DEAD_LETTER_TOPIC: &str = "orders.dlt";
+const GROUP: &str = "midflight-orders";
+/// Copies of each topic the lab creates on an external Kafka: one is enough for a run.
+const EXTERNAL_REPLICATION: i32 = 1;
 /// Heartbeats well inside the session timeout, whichever side sets them.
 const HEARTBEAT_INTERVAL_MS: i32 = 500;
 
@@ -74,6 +76,9 @@ pub struct SystemSpec {
     pub database_proxy: bool,
     /// `runtime.worker_threads` of every service the lab starts (0: one per core).
     pub worker_threads: usize,
+    /// An external Kafka's `bootstrap.servers` instead of the embedded cluster. The lab creates
+    /// topics and a group named for this run there, and cannot take that cluster's brokers down.
+    pub kafka_bootstrap: Option<String>,
 }
 
 impl SystemSpec {
@@ -105,6 +110,7 @@ impl SystemSpec {
             log_format: "pretty".to_owned(),
             database_proxy: false,
             worker_threads: 0,
+            kafka_bootstrap: None,
         }
     }
 }
@@ -124,11 +130,80 @@ impl GroupProtocol {
     }
 }
 
+/// The topics and the consumer group of a system's services.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaNames {
+    pub order_topic: String,
+    pub notification_topic: String,
+    pub dead_letter_topic: String,
+    pub group: String,
+}
+
+impl KafkaNames {
+    /// The user's names, on the embedded cluster (a fresh cluster for every system).
+    fn fixed() -> KafkaNames {
+        KafkaNames {
+            order_topic: ORDER_TOPIC.to_owned(),
+            notification_topic: NOTIFICATION_TOPIC.to_owned(),
+            dead_letter_topic: DEAD_LETTER_TOPIC.to_owned(),
+            group: GROUP.to_owned(),
+        }
+    }
+
+    /// Names of one run's own on an external Kafka, which keeps every earlier run's topics,
+    /// messages and committed offsets: `lab.<run>.<system>.<name>`, in the characters Kafka
+    /// allows in a topic name.
+    fn unique(run: &str, system: &str) -> KafkaNames {
+        let clean = |text: &str| -> String {
+            text.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' }).collect()
+        };
+        let prefix = format!("lab.{}.{}", clean(run), clean(system));
+        KafkaNames {
+            order_topic: format!("{prefix}.{ORDER_TOPIC}"),
+            notification_topic: format!("{prefix}.{NOTIFICATION_TOPIC}"),
+            dead_letter_topic: format!("{prefix}.{DEAD_LETTER_TOPIC}"),
+            group: format!("{prefix}.{GROUP}"),
+        }
+    }
+}
+
+/// The embedded cluster with the user's topics, or a client of `spec.kafka_bootstrap` with this
+/// run's own topics created there.
+async fn start_kafka(spec: &SystemSpec) -> anyhow::Result<(EmbeddedKafka, KafkaNames)> {
+    let (kafka, names, replication) = match &spec.kafka_bootstrap {
+        None => {
+            let kafka = EmbeddedKafka::start().context("cannot start the embedded Kafka")?;
+            if spec.group_protocol == GroupProtocol::Consumer {
+                let session_ms = i32::try_from(spec.session_timeout_ms).context("session timeout too large")?;
+                kafka.set_consumer_protocol_session(session_ms, HEARTBEAT_INTERVAL_MS);
+            }
+            (kafka, KafkaNames::fixed(), midflight_stack::kafka::REPLICATION)
+        }
+        Some(bootstrap) => {
+            let kafka = EmbeddedKafka::connect(bootstrap)
+                .with_context(|| format!("cannot create a Kafka client for {bootstrap}"))?;
+            let run = spec.run_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            (kafka, KafkaNames::unique(&run, &spec.name), EXTERNAL_REPLICATION)
+        }
+    };
+    let topics = [
+        (names.order_topic.as_str(), spec.partitions),
+        (names.notification_topic.as_str(), 4),
+        (names.dead_letter_topic.as_str(), 1),
+    ];
+    kafka.create_topics(&topics, replication).await.with_context(|| {
+        let list: Vec<&str> = topics.iter().map(|(topic, _)| *topic).collect();
+        format!("cannot create the topics {} on {}", list.join(", "), kafka.bootstrap_servers())
+    })?;
+    Ok((kafka, names))
+}
+
 /// A running system.
 pub struct System {
     pub spec: SystemSpec,
     pub dir: PathBuf,
     pub kafka: EmbeddedKafka,
+    pub names: KafkaNames,
     pub processes: Supervisor,
     pub database_url: String,
     pub wms_endpoint: String,
@@ -149,14 +224,7 @@ impl System {
         std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let configs = dir.join("config");
         std::fs::create_dir_all(&configs)?;
-        let kafka = EmbeddedKafka::start().context("cannot start the embedded Kafka")?;
-        if spec.group_protocol == GroupProtocol::Consumer {
-            let session_ms = i32::try_from(spec.session_timeout_ms).context("session timeout too large")?;
-            kafka.set_consumer_protocol_session(session_ms, HEARTBEAT_INTERVAL_MS);
-        }
-        for (topic, partitions) in [(ORDER_TOPIC, spec.partitions), (NOTIFICATION_TOPIC, 4), (DEAD_LETTER_TOPIC, 1)] {
-            kafka.create_topic(topic, partitions).with_context(|| format!("cannot create topic {topic}"))?;
-        }
+        let (kafka, names) = start_kafka(&spec).await?;
         let (database_url, server_database) = database_url(&spec, &dir).await?;
         let store = connect(&database_url).await?;
         store.migrate().await.context("cannot migrate the saga database")?;
@@ -169,6 +237,7 @@ impl System {
             spec,
             dir,
             kafka,
+            names,
             processes,
             database_url,
             store,
@@ -347,10 +416,10 @@ impl System {
     pub fn kafka_section(&self) -> KafkaSection {
         let mut section = KafkaSection {
             bootstrap_servers: self.kafka.bootstrap_servers().to_owned(),
-            group_id: GROUP.to_owned(),
-            order_topic: ORDER_TOPIC.to_owned(),
-            notification_topic: NOTIFICATION_TOPIC.to_owned(),
-            dead_letter_topic: DEAD_LETTER_TOPIC.to_owned(),
+            group_id: self.names.group.clone(),
+            order_topic: self.names.order_topic.clone(),
+            notification_topic: self.names.notification_topic.clone(),
+            dead_letter_topic: self.names.dead_letter_topic.clone(),
             session_timeout_ms: self.spec.session_timeout_ms,
             group_protocol: self.spec.group_protocol.as_str().to_owned(),
             ..KafkaSection::default()
@@ -361,9 +430,11 @@ impl System {
         }
         // The mock broker answers an empty fetch only after the whole wait (a real broker
         // answers when data arrives): a short wait keeps its artifact out of every latency.
-        section
-            .properties
-            .insert("fetch.wait.max.ms".to_owned(), midflight_stack::kafka::TEST_FETCH_WAIT_MAX_MS.to_owned());
+        if self.spec.kafka_bootstrap.is_none() {
+            section
+                .properties
+                .insert("fetch.wait.max.ms".to_owned(), midflight_stack::kafka::TEST_FETCH_WAIT_MAX_MS.to_owned());
+        }
         section
     }
 
@@ -519,4 +590,23 @@ async fn proxied(spec: &SystemSpec, url: &str) -> anyhow::Result<(Option<crate::
 pub async fn connect(url: &str) -> anyhow::Result<Store> {
     let section = DatabaseSection { url: url.to_owned(), max_connections: 8, ..DatabaseSection::default() };
     Store::connect(&section).await.with_context(|| format!("cannot connect to {}", midflight_config::redact_url(url)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KafkaNames;
+
+    #[test]
+    fn names_on_an_external_kafka_are_the_runs_own_and_valid_topic_names() {
+        let names = KafkaNames::unique("bench-1796275411", "midflight mariadb/peak");
+        assert_eq!(names.order_topic, "lab.bench-1796275411.midflight-mariadb-peak.orders");
+        assert_eq!(names.dead_letter_topic, "lab.bench-1796275411.midflight-mariadb-peak.orders.dlt");
+        assert_eq!(names.group, "lab.bench-1796275411.midflight-mariadb-peak.midflight-orders");
+        for topic in [&names.order_topic, &names.notification_topic, &names.dead_letter_topic] {
+            assert!(topic.len() <= 249, "Kafka's limit: {topic}");
+            assert!(topic.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)), "{topic}");
+        }
+        assert_ne!(names, KafkaNames::unique("bench-1796275411", "baseline-b-peak"), "one system's names each");
+        assert_eq!(KafkaNames::fixed().order_topic, "orders", "the embedded cluster keeps the user's names");
+    }
 }

@@ -8,8 +8,6 @@ use midflight_stack::kafka::{EmbeddedKafka, Record};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::system::ORDER_TOPIC;
-
 /// Mixed into the seed for the trace ids, so adding them left every other draw as it was.
 const TRACE_SEED: u64 = 0x7472_6163_6570_6172;
 
@@ -64,15 +62,15 @@ impl Workload {
         records
     }
 
-    /// Produces the workload; returns what the checker must find.
-    pub async fn produce(&self, kafka: &EmbeddedKafka) -> anyhow::Result<Expected> {
+    /// Produces the workload to `topic`; returns what the checker must find.
+    pub async fn produce(&self, kafka: &EmbeddedKafka, topic: &str) -> anyhow::Result<Expected> {
         let records = self.records();
-        let positions = kafka.produce(ORDER_TOPIC, &records).await?;
+        let positions = kafka.produce(topic, &records).await?;
         let mut expected = Expected::default();
         for (record, (partition, offset)) in records.iter().zip(positions) {
             match OrderEvent::parse(&record.payload) {
                 Ok(event) => expected.orders.push(event.biz_id()),
-                Err(_) => expected.poison.push(format!("parked:{ORDER_TOPIC}:{partition}:{offset}")),
+                Err(_) => expected.poison.push(format!("parked:{topic}:{partition}:{offset}")),
             }
         }
         Ok(expected)

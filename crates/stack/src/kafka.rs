@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use midflight_config::KafkaSection;
-use rdkafka::client::Client;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::{Client, DefaultClientContext};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
@@ -45,6 +46,26 @@ pub const TEST_FETCH_WAIT_MAX_MS: &str = "10";
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a read of a topic waits for one more message before giving up.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The variable naming an external Kafka (its `bootstrap.servers`) for the tests that also run
+/// against one, e.g. a Tansu broker (`.ci/run` starts one).
+pub const TEST_KAFKA_VAR: &str = "MIDFLIGHT_TEST_KAFKA";
+
+/// The external Kafka for tests, `None` (with a note) when [`TEST_KAFKA_VAR`] is unset outside
+/// CI. Under `CI=true` a missing variable fails the test: CI must never silently skip the
+/// second broker.
+pub fn test_external_kafka() -> Option<String> {
+    match std::env::var(TEST_KAFKA_VAR) {
+        Ok(bootstrap) if !bootstrap.trim().is_empty() => Some(bootstrap),
+        _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("CI=true but {TEST_KAFKA_VAR} is not set: the tests against an external Kafka must run in CI")
+        }
+        _ => {
+            eprintln!("note: {TEST_KAFKA_VAR} is not set; skipping the run against an external Kafka");
+            None
+        }
+    }
+}
 
 /// One message to produce.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -135,6 +156,29 @@ impl EmbeddedKafka {
         cluster.create_topic(topic, partitions, REPLICATION)
     }
 
+    /// Creates `topics` (name, partitions): through the mock's own API on the embedded cluster
+    /// (replicated on every broker), through the admin API (CreateTopics) on a cluster hosted
+    /// elsewhere, each with `replication` copies there. A topic that already exists is an error
+    /// there (`TopicAlreadyExists`): a run on a shared broker must not read another run's
+    /// messages.
+    pub async fn create_topics(&self, topics: &[(&str, i32)], replication: i32) -> KafkaResult<()> {
+        if self.host.client().mock_cluster().is_some() {
+            return topics.iter().try_for_each(|(topic, partitions)| self.create_topic(topic, *partitions));
+        }
+        let admin: AdminClient<DefaultClientContext> =
+            ClientConfig::new().set("bootstrap.servers", &self.bootstrap).create()?;
+        let new: Vec<NewTopic<'_>> = topics
+            .iter()
+            .map(|(topic, partitions)| NewTopic::new(topic, *partitions, TopicReplication::Fixed(replication)))
+            .collect();
+        let options =
+            AdminOptions::new().operation_timeout(Some(REQUEST_TIMEOUT)).request_timeout(Some(REQUEST_TIMEOUT));
+        for result in admin.create_topics(&new, &options).await? {
+            result.map_err(|(_, code)| KafkaError::AdminOp(code))?;
+        }
+        Ok(())
+    }
+
     /// Kafka settings for a service under test: this cluster, `group_id`, a short session so
     /// that joins and leaves complete in seconds, and a short fetch wait (see
     /// [`TEST_FETCH_WAIT_MAX_MS`]).
@@ -209,8 +253,9 @@ impl EmbeddedKafka {
         .await
     }
 
-    /// Every message of `topic` from the beginning up to its current end, in partition and
-    /// offset order; fails if they cannot all be read within `timeout`.
+    /// Every message of `topic` from the beginning up to its end (as both the listed end and
+    /// the fetches say; see `read_topic`), in partition and offset order; fails if they cannot
+    /// all be read within `timeout`.
     pub async fn read_topic(&self, topic: &str, timeout: Duration) -> KafkaResult<Vec<ReadRecord>> {
         let (bootstrap, topic) = (self.bootstrap.clone(), topic.to_owned());
         blocking(move || read_topic(&bootstrap, &topic, timeout)).await
@@ -269,27 +314,52 @@ fn end_offsets(consumer: &BaseConsumer, topic: &str) -> KafkaResult<BTreeMap<i32
     Ok(ends)
 }
 
+/// Reads every partition of `topic` from its start until both ends agree it is done: the end
+/// the broker lists (ListOffsets) is reached, and a fetch answered that nothing follows
+/// (librdkafka's partition-EOF event, taken from the high watermark of the fetch answer). Each
+/// alone can stop short on some brokers: Tansu 0.6 lists the end of a partition written in
+/// multi-record batches as the last batch's first offset plus one.
 fn read_topic(bootstrap: &str, topic: &str, timeout: Duration) -> KafkaResult<Vec<ReadRecord>> {
     // librdkafka refuses `assign` without a group id; this one never joins or commits.
     let group = format!("midflight-reader-{}", uuid::Uuid::new_v4().simple());
-    let consumer = reader(bootstrap, Some(&group))?;
-    let ends = end_offsets(&consumer, topic)?;
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", &group)
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true");
+    let consumer: BaseConsumer = config.create()?;
+    let listed = end_offsets(&consumer, topic)?;
     let mut list = TopicPartitionList::new();
-    for partition in ends.keys() {
+    for partition in listed.keys() {
         list.add_partition_offset(topic, *partition, Offset::Beginning)?;
     }
     consumer.assign(&list)?;
-    let wanted: usize = ends.values().map(|&end| usize::try_from(end).unwrap_or(0)).sum();
+    // Per partition: the next offset to read, and whether a fetch said the end is there.
+    let mut next: BTreeMap<i32, (i64, bool)> = listed.keys().map(|p| (*p, (0, false))).collect();
+    let done = |next: &BTreeMap<i32, (i64, bool)>| {
+        next.iter().all(|(p, (offset, eof))| *eof && *offset >= listed.get(p).copied().unwrap_or(0))
+    };
     let deadline = Instant::now() + timeout;
-    let mut records = Vec::with_capacity(wanted);
-    while records.len() < wanted {
+    let mut records = Vec::new();
+    while !done(&next) {
         if Instant::now() >= deadline {
             return Err(KafkaError::MessageConsumption(rdkafka::types::RDKafkaErrorCode::RequestTimedOut));
         }
-        let Some(message) = consumer.poll(POLL_INTERVAL) else { continue };
-        let message = message?;
-        if message.offset() >= ends.get(&message.partition()).copied().unwrap_or(0) {
-            continue;
+        let message = match consumer.poll(POLL_INTERVAL) {
+            None => continue,
+            Some(Err(KafkaError::PartitionEOF(partition))) => {
+                if let Some((_, eof)) = next.get_mut(&partition) {
+                    *eof = true;
+                }
+                continue;
+            }
+            Some(Err(error)) => return Err(error),
+            Some(Ok(message)) => message,
+        };
+        if let Some(slot) = next.get_mut(&message.partition()) {
+            // A message past an end a fetch reported: that end was not the last.
+            *slot = (slot.0.max(message.offset() + 1), false);
         }
         let headers = message
             .headers()

@@ -190,6 +190,7 @@ pub fn write_json(path: &Path, report: &BenchReport) -> anyhow::Result<()> {
         "machine": report.machine,
         "command": report.command,
         "group_protocol": report.group_protocol,
+        "kafka": report.kafka,
         "systems": systems,
         "phases": report.systems.values().flat_map(|r| [&r.peak, &r.paced, &r.rebalance]).flatten()
             .map(|p| { let mut p = p.clone(); p.series.clear(); p }).collect::<Vec<_>>(),
@@ -334,7 +335,12 @@ fn markdown(report: &BenchReport) -> String {
     let _ = writeln!(out, "- Commit: `{}`", m.commit);
     let _ = writeln!(out, "- Machine: {} cores ({}), {:.0} GiB", m.cores, m.cpu, m.memory_gib);
     let _ = writeln!(out, "- MariaDB: {}", opt(m.mariadb.as_ref()));
-    let _ = writeln!(out, "- Kafka group protocol: {}", report.group_protocol);
+    let kafka = if report.kafka == "embedded" {
+        "embedded (librdkafka's mock cluster, in the lab process)".to_owned()
+    } else {
+        format!("external, `{}`", report.kafka)
+    };
+    let _ = writeln!(out, "- Kafka: {kafka}; group protocol: {}", report.group_protocol);
     for (engine, c) in &report.ceilings {
         let _ = writeln!(
             out,

@@ -17,7 +17,7 @@ use serde::Serialize;
 use super::cpu::{CpuMeter, CpuPerMsg, Role};
 use super::{BenchArgs, SystemKind};
 use crate::process::Signal;
-use crate::system::{ORDER_TOPIC, System, SystemSpec};
+use crate::system::{System, SystemSpec};
 use crate::workload::Workload;
 
 /// Each midflight or baseline-B consumer's pool on MariaDB (`System::database`).
@@ -300,6 +300,7 @@ fn spec(args: &BenchArgs, run_dir: &Path, kind: SystemKind, name: &str) -> Syste
     spec.log_format = "json".to_owned();
     spec.worker_threads = args.worker_threads;
     spec.group_protocol = args.group_protocol;
+    spec.kafka_bootstrap = args.kafka.clone();
     if kind.is_midflight() {
         spec.consumer_set = args.consumer_set.clone();
     }
@@ -326,7 +327,7 @@ async fn produce(
 ) -> anyhow::Result<Vec<String>> {
     let workload = Workload::orders(first as u64 + 1, count, &format!("{prefix}-{first}"));
     let records: Vec<Record> = workload.records();
-    system.kafka.produce(ORDER_TOPIC, &records).await.context("cannot produce")?;
+    system.kafka.produce(&system.names.order_topic, &records).await.context("cannot produce")?;
     let ids: Vec<String> = records.iter().filter_map(|r| r.key.as_ref().map(|order| format!("{order}:PAID"))).collect();
     expected.orders.extend(ids.iter().cloned());
     Ok(ids)
