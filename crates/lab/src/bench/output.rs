@@ -445,7 +445,8 @@ fn cpu_markdown(report: &BenchReport) -> String {
         "\nCPU time (user + system) of each role's processes over the measured part (warm-up done to \
          drained), divided by the messages finished in it. Consumers: every consumer process, those \
          that joined or left included (read right after joining and right before leaving; midflight on SQLite: the database work is in here too); lab: the \
-         embedded Kafka and the producer; database: the MariaDB server's process when it runs on this \
+         producer and the phase's polling (with the embedded Kafka, its brokers too; an external Kafka's brokers \
+         count in box only); database: the MariaDB server's process when it runs on this \
          machine (all of its clients); box: every core's busy time (every process and the kernel; a virtual machine's steal time is left out). On a \
          saturated box a process also spends time waiting for locks and being switched, so the peak's \
          numbers can be higher than the same work costs on a quiet one.\n\n",
