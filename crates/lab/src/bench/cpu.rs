@@ -1,11 +1,12 @@
 //! CPU time per message, by role, read from `/proc` while a phase runs.
 //!
 //! A message's cost on this box is split between the consumers, the recovery worker, the two
-//! mocks, the lab itself (embedded Kafka and the producer) and, when it runs here, the database
-//! server. Each child's CPU time (user + system, `/proc/<pid>/stat`) is read at every sample,
+//! mocks, the lab itself (embedded Kafka and the producer) and, when they run here, the database
+//! server and an external Kafka's broker. Each child's CPU time (user + system, `/proc/<pid>/stat`) is read at every sample,
 //! so a consumer that leaves mid-phase still counts up to its last sample; the database server
 //! is found by its process name when the MariaDB URL names this machine (its time includes
-//! every client of the server). The box's busy time (`/proc/stat`) covers everything else too:
+//! every client of the server), and a broker by the listening socket of a bootstrap address
+//! on this machine. The box's busy time (`/proc/stat`) covers everything else too:
 //! the kernel's interrupt work and any other process. What a phase reports is each total over
 //! the measured part divided by the messages finished in it: what a message costs, by role,
 //! and so what a rate would need.
@@ -22,6 +23,7 @@ pub enum Role {
     Mocks,
     Lab,
     Database,
+    Broker,
 }
 
 impl Role {
@@ -50,6 +52,9 @@ pub struct CpuPerMsg {
     pub lab_ms: f64,
     /// The database server's process, when it runs on this machine.
     pub database_ms: Option<f64>,
+    /// An external Kafka's broker processes, when they listen on this machine (the embedded
+    /// Kafka's brokers are in `lab_ms`).
+    pub broker_ms: Option<f64>,
     /// The whole box's busy time (every core, every process, the kernel).
     pub box_ms: f64,
     /// Share of the box's time that was busy over the measured part, percent.
@@ -118,6 +123,57 @@ fn database_pids() -> Vec<u32> {
         .collect()
 }
 
+/// The inodes of the TCP sockets listening on `port`, from the text of `/proc/net/tcp` or
+/// `/proc/net/tcp6`: the local address's port (hex, after the colon) and state `0A` (LISTEN);
+/// the inode is the tenth field.
+pub fn listening_inodes(table: &str, port: u16) -> Vec<u64> {
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let local_port = u16::from_str_radix(fields.get(1)?.rsplit_once(':')?.1, 16).ok()?;
+            (local_port == port && *fields.get(3)? == "0A").then(|| fields.get(9)?.parse().ok())?
+        })
+        .collect()
+}
+
+/// The pids of the processes listening on the ports of `bootstrap` (`host:port,...`) whose
+/// host is this machine: a broker another process runs here.
+fn broker_pids(bootstrap: &str) -> Vec<u32> {
+    let ports: Vec<u16> = bootstrap
+        .split(',')
+        .filter(|address| names_this_machine(address.trim()))
+        .filter_map(|address| address.trim().rsplit_once(':')?.1.parse().ok())
+        .collect();
+    let tables: String = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|path| std::fs::read_to_string(path).ok())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let sockets: Vec<String> = ports
+        .iter()
+        .flat_map(|port| listening_inodes(&tables, *port))
+        .map(|inode| format!("socket:[{inode}]"))
+        .collect();
+    if sockets.is_empty() {
+        return Vec::new();
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+                fds.filter_map(Result::ok).any(|fd| {
+                    std::fs::read_link(fd.path())
+                        .is_ok_and(|link| sockets.iter().any(|s| link.as_os_str() == s.as_str()))
+                })
+            })
+        })
+        .collect()
+}
+
 /// Readings taken through a phase. A process is read at every sample while it runs, and the
 /// phase reads a consumer right after it starts and right before it is asked to leave, so
 /// little of a process that comes or goes is missed; a process that has exited is not read
@@ -128,22 +184,33 @@ pub struct CpuMeter {
     /// Per (role, pid): the first and the latest reading.
     processes: HashMap<(Role, u32), (u64, u64)>,
     database: Vec<u32>,
+    broker: Vec<u32>,
     box_first: Option<(u64, u64)>,
     box_last: Option<(u64, u64)>,
 }
 
 impl CpuMeter {
-    /// A meter that also reads the database server when `mysql_url` names this machine.
-    pub fn new(mysql_url: Option<&str>) -> CpuMeter {
+    /// A meter that also reads the database server when `mysql_url` names this machine, and
+    /// the broker of an external Kafka (`kafka_bootstrap`) that listens here.
+    pub fn new(mysql_url: Option<&str>, kafka_bootstrap: Option<&str>) -> CpuMeter {
         let database = if mysql_url.is_some_and(names_this_machine) { database_pids() } else { Vec::new() };
-        CpuMeter { ticks_per_s: ticks_per_s(), processes: HashMap::new(), database, box_first: None, box_last: None }
+        let broker = kafka_bootstrap.map(broker_pids).unwrap_or_default();
+        CpuMeter {
+            ticks_per_s: ticks_per_s(),
+            processes: HashMap::new(),
+            database,
+            broker,
+            box_first: None,
+            box_last: None,
+        }
     }
 
     /// Reads every process given (role and pid), the lab itself, the database server and the box.
     pub fn read(&mut self, children: impl IntoIterator<Item = (Role, u32)>) {
         let lab = (Role::Lab, std::process::id());
         let database = self.database.iter().map(|pid| (Role::Database, *pid));
-        let all: Vec<(Role, u32)> = children.into_iter().chain([lab]).chain(database).collect();
+        let broker = self.broker.iter().map(|pid| (Role::Broker, *pid));
+        let all: Vec<(Role, u32)> = children.into_iter().chain([lab]).chain(database).chain(broker).collect();
         for (role, pid) in all {
             let Some(ticks) = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| process_ticks(&s))
             else {
@@ -188,6 +255,7 @@ impl CpuMeter {
             mocks_ms: per_msg(role(Role::Mocks)),
             lab_ms: per_msg(role(Role::Lab)),
             database_ms: (!self.database.is_empty()).then(|| per_msg(role(Role::Database))),
+            broker_ms: (!self.broker.is_empty()).then(|| per_msg(role(Role::Broker))),
             box_ms: per_msg(busy),
             box_busy_pct: 100.0 * busy as f64 / (last.1 - first.1) as f64,
         })
@@ -228,11 +296,24 @@ mod tests {
     }
 
     #[test]
+    fn a_listening_socket_is_found_by_its_port_and_state() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+            0: 0100007F:4A94 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 52731 1 0 100 0 0 10 0\n\
+            1: 0100007F:4A94 0100007F:D2C4 01 00000000:00000000 00:00000000 00000000     0        0 60012 1 0 20 4 30 10 -1\n\
+            2: 0100007F:0CEA 00000000:0000 0A 00000000:00000000 00:00000000 00000000   105        0 20944 1 0 100 0 0 10 0\n";
+        assert_eq!(listening_inodes(table, 19092), [52731], "the listener, not an established connection");
+        assert_eq!(listening_inodes(table, 3306), [20944]);
+        assert!(listening_inodes(table, 9092).is_empty());
+        assert!(listening_inodes("header only\n", 19092).is_empty());
+    }
+
+    #[test]
     fn per_msg_sums_each_process_from_its_first_to_its_last_reading() {
         let mut meter = CpuMeter {
             ticks_per_s: 100.0,
             processes: HashMap::new(),
             database: vec![7],
+            broker: Vec::new(),
             box_first: None,
             box_last: None,
         };
@@ -253,6 +334,7 @@ mod tests {
         assert_eq!(got.consumers_ms, 110.0);
         assert_eq!(got.database_ms, Some(100.0));
         assert_eq!(got.recovery_ms, None, "no recovery worker was read");
+        assert_eq!(got.broker_ms, None, "no external broker here");
         assert_eq!(got.box_ms, 300.0);
         assert_eq!(got.box_busy_pct, 75.0);
         assert_eq!(meter.per_msg(0), None, "no messages, no rate");

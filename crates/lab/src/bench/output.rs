@@ -155,6 +155,7 @@ fn rounded(cpu: CpuPerMsg) -> CpuPerMsg {
         mocks_ms: round(cpu.mocks_ms, 3),
         lab_ms: round(cpu.lab_ms, 3),
         database_ms: cpu.database_ms.map(|v| round(v, 3)),
+        broker_ms: cpu.broker_ms.map(|v| round(v, 3)),
         box_ms: round(cpu.box_ms, 3),
         box_busy_pct: round(cpu.box_busy_pct, 1),
     }
@@ -421,14 +422,14 @@ fn markdown(report: &BenchReport) -> String {
 fn cpu_markdown(report: &BenchReport) -> String {
     let mut out = String::from("\n## CPU per message\n\n");
     out.push_str(
-        "| system | phase | msg/s | consumers ms | recovery ms | mocks ms | lab ms | database ms | box ms | box busy % |\n",
+        "| system | phase | msg/s | consumers ms | recovery ms | mocks ms | lab ms | database ms | broker ms | box ms | box busy % |\n",
     );
-    out.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for p in phases(report) {
         let Some(c) = p.cpu else { continue };
         let _ = writeln!(
             out,
-            "| {} | {} | {:.0} | {:.3} | {} | {:.3} | {:.3} | {} | {:.3} | {:.0} |",
+            "| {} | {} | {:.0} | {:.3} | {} | {:.3} | {:.3} | {} | {} | {:.3} | {:.0} |",
             p.system,
             p.phase,
             p.msgs_per_s,
@@ -437,6 +438,7 @@ fn cpu_markdown(report: &BenchReport) -> String {
             c.mocks_ms,
             c.lab_ms,
             opt_f(c.database_ms, 3),
+            opt_f(c.broker_ms, 3),
             c.box_ms,
             c.box_busy_pct
         );
@@ -445,9 +447,9 @@ fn cpu_markdown(report: &BenchReport) -> String {
         "\nCPU time (user + system) of each role's processes over the measured part (warm-up done to \
          drained), divided by the messages finished in it. Consumers: every consumer process, those \
          that joined or left included (read right after joining and right before leaving; midflight on SQLite: the database work is in here too); lab: the \
-         producer and the phase's polling (with the embedded Kafka, its brokers too; an external Kafka's brokers \
-         count in box only); database: the MariaDB server's process when it runs on this \
-         machine (all of its clients); box: every core's busy time (every process and the kernel; a virtual machine's steal time is left out). On a \
+         producer and the phase's polling (with the embedded Kafka, its brokers too); database: the MariaDB server's process when it runs on this \
+         machine (all of its clients); broker: an external Kafka's processes that listen on a bootstrap address of \
+         this machine (`-` for the embedded Kafka, or a broker elsewhere); box: every core's busy time (every process and the kernel; a virtual machine's steal time is left out). On a \
          saturated box a process also spends time waiting for locks and being switched, so the peak's \
          numbers can be higher than the same work costs on a quiet one.\n\n",
     );
@@ -487,7 +489,7 @@ fn projection(kind: SystemKind, c: &CpuPerMsg) -> String {
 
 fn phases_csv(report: &BenchReport) -> String {
     let mut out = String::from(
-        "system,phase,consumers,offered_per_s,messages,finished,msgs_per_s,p50_ms,p99_ms,added_p50_ms,added_p99_ms,arrival_p50_ms,arrival_p99_ms,after_arrival_p50_ms,after_arrival_p99_ms,call_mean_ms,write_txns_per_msg,transitions_per_msg,mysql_commits_per_msg,mysql_write_statements_per_msg,mysql_log_writes_per_msg,rss_mib,in_flight_per_consumer_max,rebalances,handover_max_ms,processed_again,duplicates,violations,lost,drained,load_avg_start,load_avg_end,cpu_consumers_ms,cpu_recovery_ms,cpu_mocks_ms,cpu_lab_ms,cpu_database_ms,cpu_box_ms,box_busy_pct\n",
+        "system,phase,consumers,offered_per_s,messages,finished,msgs_per_s,p50_ms,p99_ms,added_p50_ms,added_p99_ms,arrival_p50_ms,arrival_p99_ms,after_arrival_p50_ms,after_arrival_p99_ms,call_mean_ms,write_txns_per_msg,transitions_per_msg,mysql_commits_per_msg,mysql_write_statements_per_msg,mysql_log_writes_per_msg,rss_mib,in_flight_per_consumer_max,rebalances,handover_max_ms,processed_again,duplicates,violations,lost,drained,load_avg_start,load_avg_end,cpu_consumers_ms,cpu_recovery_ms,cpu_mocks_ms,cpu_lab_ms,cpu_database_ms,cpu_broker_ms,cpu_box_ms,box_busy_pct\n",
     );
     let csv = |v: Option<String>| v.unwrap_or_default();
     for p in phases(report) {
@@ -534,14 +536,15 @@ fn phases_csv(report: &BenchReport) -> String {
 
 /// The CPU columns of a phase's CSV row (empty cells when nothing was read).
 fn cpu_csv(cpu: Option<CpuPerMsg>) -> String {
-    let Some(c) = cpu else { return ",,,,,,".to_owned() };
+    let Some(c) = cpu else { return ",,,,,,,".to_owned() };
     format!(
-        "{:.4},{},{:.4},{:.4},{},{:.4},{:.1}",
+        "{:.4},{},{:.4},{:.4},{},{},{:.4},{:.1}",
         c.consumers_ms,
         c.recovery_ms.map(|v| format!("{v:.4}")).unwrap_or_default(),
         c.mocks_ms,
         c.lab_ms,
         c.database_ms.map(|v| format!("{v:.4}")).unwrap_or_default(),
+        c.broker_ms.map(|v| format!("{v:.4}")).unwrap_or_default(),
         c.box_ms,
         c.box_busy_pct
     )

@@ -164,7 +164,7 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
     wait_until(&progress, warm.len() as u64, WARMUP_DEADLINE).await.context("the warm-up did not finish")?;
     let load_avg_start = load_average();
     let mysql_before = progress.mysql_counters().await?;
-    let mut cpu = CpuMeter::new(system.spec.mysql_url.as_deref());
+    let mut cpu = CpuMeter::new(system.spec.mysql_url.as_deref(), system.spec.kafka_bootstrap.as_deref());
     cpu.read(children(&mut system));
     let mut run = Running {
         system: &mut system,
