@@ -16,7 +16,7 @@ use midflight_api::client::{Downstreams, LedgerEntry, LedgerKind};
 use midflight_consumer::{ConsumerConfig, Counters, Error, Snapshot};
 use midflight_driver::{Downstream, Driver, DriverSettings, Outcome};
 use midflight_model::{Call, Observation, OrderEvent, Rules, Saga, Source, Status, Step};
-use midflight_stack::kafka::{EmbeddedKafka, Record, test_external_kafka};
+use midflight_stack::kafka::{EmbeddedKafka, Record};
 use midflight_stack::{MethodFaults, MockDownstreams, MockOptions, fault};
 use midflight_store::testing::{TestDb, order_event};
 use midflight_store::{Store, both_engines};
@@ -27,6 +27,26 @@ const ORDERS: &str = "orders";
 const PARTITIONS: i32 = 8;
 /// Generous bound on any one wait: the box is small and shared.
 const WAIT: Duration = Duration::from_secs(60);
+
+/// The variable naming an external Kafka (its `bootstrap.servers`) for the tests that also run
+/// against one, e.g. a Tansu broker (`.ci/run` starts one).
+const TEST_KAFKA_VAR: &str = "MIDFLIGHT_TEST_KAFKA";
+
+/// The external Kafka for tests, `None` (with a note) when [`TEST_KAFKA_VAR`] is unset outside
+/// CI. Under `CI=true` a missing variable fails the test: CI must never silently skip the
+/// second broker.
+fn test_external_kafka() -> Option<String> {
+    match std::env::var(TEST_KAFKA_VAR) {
+        Ok(bootstrap) if !bootstrap.trim().is_empty() => Some(bootstrap),
+        _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("CI=true but {TEST_KAFKA_VAR} is not set: the tests against an external Kafka must run in CI")
+        }
+        _ => {
+            eprintln!("note: {TEST_KAFKA_VAR} is not set; skipping the run against an external Kafka");
+            None
+        }
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Harness

@@ -47,26 +47,6 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a read of a topic waits for one more message before giving up.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
 
-/// The variable naming an external Kafka (its `bootstrap.servers`) for the tests that also run
-/// against one, e.g. a Tansu broker (`.ci/run` starts one).
-pub const TEST_KAFKA_VAR: &str = "MIDFLIGHT_TEST_KAFKA";
-
-/// The external Kafka for tests, `None` (with a note) when [`TEST_KAFKA_VAR`] is unset outside
-/// CI. Under `CI=true` a missing variable fails the test: CI must never silently skip the
-/// second broker.
-pub fn test_external_kafka() -> Option<String> {
-    match std::env::var(TEST_KAFKA_VAR) {
-        Ok(bootstrap) if !bootstrap.trim().is_empty() => Some(bootstrap),
-        _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("CI=true but {TEST_KAFKA_VAR} is not set: the tests against an external Kafka must run in CI")
-        }
-        _ => {
-            eprintln!("note: {TEST_KAFKA_VAR} is not set; skipping the run against an external Kafka");
-            None
-        }
-    }
-}
-
 /// One message to produce.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Record {
