@@ -296,9 +296,9 @@ fn end_offsets(consumer: &BaseConsumer, topic: &str) -> KafkaResult<BTreeMap<i32
 
 /// Reads every partition of `topic` from its start until both ends agree it is done: the end
 /// the broker lists (ListOffsets) is reached, and a fetch answered that nothing follows
-/// (librdkafka's partition-EOF event, taken from the high watermark of the fetch answer). Each
-/// alone can stop short on some brokers: Tansu 0.6 lists the end of a partition written in
-/// multi-record batches as the last batch's first offset plus one.
+/// (librdkafka's partition-EOF event, taken from the high watermark of the fetch answer). The
+/// listed end alone stops short on some brokers: Tansu 0.6 lists the end of a partition written
+/// in multi-record batches as the last batch's first offset plus one.
 fn read_topic(bootstrap: &str, topic: &str, timeout: Duration) -> KafkaResult<Vec<ReadRecord>> {
     // librdkafka refuses `assign` without a group id; this one never joins or commits.
     let group = format!("midflight-reader-{}", uuid::Uuid::new_v4().simple());
