@@ -18,7 +18,7 @@ use midflight_driver::{Downstream, Driver, DriverSettings, Outcome};
 use midflight_model::{Call, Observation, OrderEvent, Rules, Saga, Source, Status, Step};
 use midflight_stack::kafka::{EmbeddedKafka, Record};
 use midflight_stack::{MethodFaults, MockDownstreams, MockOptions, fault};
-use midflight_store::testing::{TestDb, order_event};
+use midflight_store::testing::{TestDb, order_event, required_in_ci};
 use midflight_store::{Store, both_engines};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -33,19 +33,9 @@ const WAIT: Duration = Duration::from_secs(60);
 const TEST_KAFKA_VAR: &str = "MIDFLIGHT_TEST_KAFKA";
 
 /// The external Kafka for tests, `None` (with a note) when [`TEST_KAFKA_VAR`] is unset outside
-/// CI. Under `CI=true` a missing variable fails the test: CI must never silently skip the
-/// second broker.
+/// CI, where a missing variable fails the test instead.
 fn test_external_kafka() -> Option<String> {
-    match std::env::var(TEST_KAFKA_VAR) {
-        Ok(bootstrap) if !bootstrap.trim().is_empty() => Some(bootstrap),
-        _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("CI=true but {TEST_KAFKA_VAR} is not set: the tests against an external Kafka must run in CI")
-        }
-        _ => {
-            eprintln!("note: {TEST_KAFKA_VAR} is not set; skipping the run against an external Kafka");
-            None
-        }
-    }
+    required_in_ci(TEST_KAFKA_VAR, "the tests against an external Kafka", "the run against an external Kafka")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -94,6 +84,8 @@ struct Harness {
     /// What this test's topic and group names start with ("" on the embedded cluster).
     prefix: String,
     orders: String,
+    notifications: String,
+    dead_letters: String,
     /// Per partition of the order topic, the offset after the last message this test produced.
     produced: Mutex<BTreeMap<i32, i64>>,
     mocks: MockDownstreams,
@@ -113,16 +105,13 @@ impl Harness {
                 (kafka, format!("t-{}.", uuid::Uuid::new_v4().simple()))
             }
         };
-        let orders = format!("{prefix}{ORDERS}");
-        let topics = [
-            (orders.as_str(), PARTITIONS),
-            (&format!("{prefix}notifications"), 4),
-            (&format!("{prefix}orders.dlt"), 1),
-        ];
+        let (orders, notifications, dead_letters) =
+            (format!("{prefix}{ORDERS}"), format!("{prefix}notifications"), format!("{prefix}orders.dlt"));
+        let topics = [(orders.as_str(), PARTITIONS), (notifications.as_str(), 4), (dead_letters.as_str(), 1)];
         kafka.create_topics(&topics, 1).await.expect("the order, notification and dead-letter topics");
         let mocks = MockDownstreams::start(options).await;
         let downstream = Recorded { inner: mocks.client(), calls: Arc::default() };
-        Harness { kafka, prefix, orders, produced: Mutex::default(), mocks, downstream }
+        Harness { kafka, prefix, orders, notifications, dead_letters, produced: Mutex::default(), mocks, downstream }
     }
 
     /// This test's name for `group`.
@@ -133,8 +122,8 @@ impl Harness {
     fn config(&self, group: &str, instance: &str) -> ConsumerConfig {
         let mut config = ConsumerConfig { kafka: self.kafka.section(&self.group(group)), ..ConsumerConfig::default() };
         config.kafka.order_topic = self.orders.clone();
-        config.kafka.notification_topic = format!("{}notifications", self.prefix);
-        config.kafka.dead_letter_topic = format!("{}orders.dlt", self.prefix);
+        config.kafka.notification_topic = self.notifications.clone();
+        config.kafka.dead_letter_topic = self.dead_letters.clone();
         config.consumer.instance = instance.to_owned();
         config.consumer.relay.idle_ms = 50;
         config
@@ -299,8 +288,7 @@ async fn orders_complete_with(db: &TestDb, open_in_inbox: bool, broker: Broker) 
     let outbox = db.store.outbox_rows().await.expect("outbox");
     assert_eq!(outbox.len(), 40);
     assert!(outbox.iter().all(|(_, published)| *published), "every outbox row published: {outbox:?}");
-    let notifications =
-        harness.kafka.read_topic(&format!("{}notifications", harness.prefix), WAIT).await.expect("notifications");
+    let notifications = harness.kafka.read_topic(&harness.notifications, WAIT).await.expect("notifications");
     let keys: BTreeSet<String> = notifications.iter().filter_map(|n| n.key.clone()).collect();
     assert_eq!(keys, events.iter().map(OrderEvent::biz_id).collect::<BTreeSet<_>>());
     harness.assert_all_committed("g1").await;
@@ -564,7 +552,7 @@ async fn poison_between_good(db: &TestDb) {
     let invalid_row = saga(&db.store, &parked_ids[1]).await;
     assert!(invalid_row.last_error.as_deref().is_some_and(|e| e.contains("lines[0].quantity")), "{invalid_row:?}");
 
-    let dead = harness.kafka.read_topic("orders.dlt", WAIT).await.expect("dead-letter topic");
+    let dead = harness.kafka.read_topic(&harness.dead_letters, WAIT).await.expect("dead-letter topic");
     assert_eq!(dead.len(), 2, "{dead:?}");
     assert_eq!(dead[0].payload, records[1].payload, "the copy carries the original payload");
     assert_eq!(dead[1].key.as_deref(), Some("P-bad"), "and the original key");

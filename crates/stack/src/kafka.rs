@@ -8,7 +8,7 @@
 //! than `MockCluster::new`) keeps the type `Send + Sync` and gives access to the cluster handle
 //! for the one setting rdkafka does not wrap: the group's initial rebalance delay.
 //!
-//! Reads (`read_topic`, `committed`, `end_offsets`) use blocking librdkafka calls and run on
+//! Reads (`read_topic`, `committed`) use blocking librdkafka calls and run on
 //! the blocking pool, so they never stall a test's async workers.
 
 use std::collections::BTreeMap;
@@ -200,22 +200,12 @@ impl EmbeddedKafka {
         Ok(placed)
     }
 
-    /// The high watermark (next offset) of every partition of `topic`.
-    pub async fn end_offsets(&self, topic: &str) -> KafkaResult<BTreeMap<i32, i64>> {
-        let (bootstrap, topic) = (self.bootstrap.clone(), topic.to_owned());
-        blocking(move || {
-            let consumer = reader(&bootstrap, None)?;
-            end_offsets(&consumer, &topic)
-        })
-        .await
-    }
-
     /// The offsets `group` has committed on `topic`, per partition (partitions without a
     /// commit are left out).
     pub async fn committed(&self, group: &str, topic: &str) -> KafkaResult<BTreeMap<i32, i64>> {
         let (bootstrap, group, topic) = (self.bootstrap.clone(), group.to_owned(), topic.to_owned());
         blocking(move || {
-            let consumer = reader(&bootstrap, Some(&group))?;
+            let consumer: BaseConsumer = reader(&bootstrap, &group).create()?;
             let mut list = TopicPartitionList::new();
             for partition in end_offsets(&consumer, &topic)?.keys() {
                 list.add_partition(&topic, *partition);
@@ -273,14 +263,11 @@ async fn blocking<T: Send + 'static>(work: impl FnOnce() -> KafkaResult<T> + Sen
     tokio::task::spawn_blocking(work).await.map_err(|_| KafkaError::Canceled)?
 }
 
-/// A consumer for checks: no subscription, nothing committed by it.
-fn reader(bootstrap: &str, group: Option<&str>) -> KafkaResult<BaseConsumer> {
+/// The settings of a consumer for checks as `group`: no subscription, nothing committed by it.
+fn reader(bootstrap: &str, group: &str) -> ClientConfig {
     let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", bootstrap).set("enable.auto.commit", "false");
-    if let Some(group) = group {
-        config.set("group.id", group);
-    }
-    config.create()
+    config.set("bootstrap.servers", bootstrap).set("group.id", group).set("enable.auto.commit", "false");
+    config
 }
 
 fn end_offsets(consumer: &BaseConsumer, topic: &str) -> KafkaResult<BTreeMap<i32, i64>> {
@@ -302,13 +289,7 @@ fn end_offsets(consumer: &BaseConsumer, topic: &str) -> KafkaResult<BTreeMap<i32
 fn read_topic(bootstrap: &str, topic: &str, timeout: Duration) -> KafkaResult<Vec<ReadRecord>> {
     // librdkafka refuses `assign` without a group id; this one never joins or commits.
     let group = format!("midflight-reader-{}", uuid::Uuid::new_v4().simple());
-    let mut config = ClientConfig::new();
-    config
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", &group)
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true");
-    let consumer: BaseConsumer = config.create()?;
+    let consumer: BaseConsumer = reader(bootstrap, &group).set("enable.partition.eof", "true").create()?;
     let listed = end_offsets(&consumer, topic)?;
     let mut list = TopicPartitionList::new();
     for partition in listed.keys() {

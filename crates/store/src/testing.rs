@@ -124,13 +124,20 @@ impl TestDb {
 
 /// The MySQL server URL for tests, `None` (with a note) when unset outside CI.
 pub fn mysql_server_url() -> Option<String> {
-    match std::env::var(MYSQL_URL_VAR) {
-        Ok(url) if !url.trim().is_empty() => Some(url),
+    required_in_ci(MYSQL_URL_VAR, "the MySQL half of the tests", "the MySQL variant of this test")
+}
+
+/// The value of the test variable `var`, or `None` (with a note naming what is `skipped`)
+/// when it is unset or blank outside CI. Under `CI=true` a missing value fails the test:
+/// CI must never silently skip what `must_run` names.
+pub fn required_in_ci(var: &str, must_run: &str, skipped: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(value) if !value.trim().is_empty() => Some(value),
         _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("CI=true but {MYSQL_URL_VAR} is not set: the MySQL half of the tests must run in CI")
+            panic!("CI=true but {var} is not set: {must_run} must run in CI")
         }
         _ => {
-            eprintln!("note: {MYSQL_URL_VAR} is not set; skipping the MySQL variant of this test");
+            eprintln!("note: {var} is not set; skipping {skipped}");
             None
         }
     }
