@@ -112,14 +112,19 @@ pub fn names_this_machine(url: &str) -> bool {
 
 /// The pids of the MariaDB or MySQL server processes on this machine.
 fn database_pids() -> Vec<u32> {
+    pids_where(|pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .is_ok_and(|comm| matches!(comm.trim(), "mariadbd" | "mysqld"))
+    })
+}
+
+/// The pids of this machine's processes (`/proc`) for which `keep` holds.
+fn pids_where(keep: impl Fn(u32) -> bool) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
     entries
         .filter_map(Result::ok)
         .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|comm| matches!(comm.trim(), "mariadbd" | "mysqld"))
-        })
+        .filter(|pid| keep(*pid))
         .collect()
 }
 
@@ -159,19 +164,13 @@ fn broker_pids(bootstrap: &str) -> Vec<u32> {
     if sockets.is_empty() {
         return Vec::new();
     }
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    entries
-        .filter_map(Result::ok)
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
-                fds.filter_map(Result::ok).any(|fd| {
-                    std::fs::read_link(fd.path())
-                        .is_ok_and(|link| sockets.iter().any(|s| link.as_os_str() == s.as_str()))
-                })
+    pids_where(|pid| {
+        std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+            fds.filter_map(Result::ok).any(|fd| {
+                std::fs::read_link(fd.path()).is_ok_and(|link| sockets.iter().any(|s| link.as_os_str() == s.as_str()))
             })
         })
-        .collect()
+    })
 }
 
 /// Readings taken through a phase. A process is read at every sample while it runs, and the
