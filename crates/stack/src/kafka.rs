@@ -18,10 +18,11 @@ use futures::future::join_all;
 use midflight_config::KafkaSection;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::{Client, DefaultClientContext};
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 
 /// Brokers in the embedded cluster: as many as the user's, so leader moves and replicated
@@ -263,6 +264,21 @@ async fn blocking<T: Send + 'static>(work: impl FnOnce() -> KafkaResult<T> + Sen
     tokio::task::spawn_blocking(work).await.map_err(|_| KafkaError::Canceled)?
 }
 
+/// The context of `read_topic`'s consumer: a partition's end is what that read waits for, so it
+/// is not logged as an error (rdkafka hands every error event to the context before `poll`
+/// returns it); every other error is logged as the default context logs it.
+struct EndIsNoError;
+
+impl ClientContext for EndIsNoError {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() != Some(RDKafkaErrorCode::PartitionEOF) {
+            DefaultClientContext.error(error, reason);
+        }
+    }
+}
+
+impl ConsumerContext for EndIsNoError {}
+
 /// The settings of a consumer for checks as `group`: no subscription, nothing committed by it.
 fn reader(bootstrap: &str, group: &str) -> ClientConfig {
     let mut config = ClientConfig::new();
@@ -270,7 +286,7 @@ fn reader(bootstrap: &str, group: &str) -> ClientConfig {
     config
 }
 
-fn end_offsets(consumer: &BaseConsumer, topic: &str) -> KafkaResult<BTreeMap<i32, i64>> {
+fn end_offsets<C: ConsumerContext>(consumer: &BaseConsumer<C>, topic: &str) -> KafkaResult<BTreeMap<i32, i64>> {
     let metadata = consumer.fetch_metadata(Some(topic), REQUEST_TIMEOUT)?;
     let partitions: Vec<i32> = metadata.topics().iter().flat_map(|t| t.partitions().iter().map(|p| p.id())).collect();
     let mut ends = BTreeMap::new();
@@ -289,7 +305,8 @@ fn end_offsets(consumer: &BaseConsumer, topic: &str) -> KafkaResult<BTreeMap<i32
 fn read_topic(bootstrap: &str, topic: &str, timeout: Duration) -> KafkaResult<Vec<ReadRecord>> {
     // librdkafka refuses `assign` without a group id; this one never joins or commits.
     let group = format!("midflight-reader-{}", uuid::Uuid::new_v4().simple());
-    let consumer: BaseConsumer = reader(bootstrap, &group).set("enable.partition.eof", "true").create()?;
+    let consumer: BaseConsumer<EndIsNoError> =
+        reader(bootstrap, &group).set("enable.partition.eof", "true").create_with_context(EndIsNoError)?;
     let listed = end_offsets(&consumer, topic)?;
     let mut list = TopicPartitionList::new();
     for partition in listed.keys() {
@@ -305,7 +322,7 @@ fn read_topic(bootstrap: &str, topic: &str, timeout: Duration) -> KafkaResult<Ve
     let mut records = Vec::new();
     while !done(&next) {
         if Instant::now() >= deadline {
-            return Err(KafkaError::MessageConsumption(rdkafka::types::RDKafkaErrorCode::RequestTimedOut));
+            return Err(KafkaError::MessageConsumption(RDKafkaErrorCode::RequestTimedOut));
         }
         let message = match consumer.poll(POLL_INTERVAL) {
             None => continue,
