@@ -29,6 +29,7 @@
 //! `--report-json`.
 
 mod ceiling;
+mod commit_probe;
 mod cpu;
 mod output;
 mod phase;

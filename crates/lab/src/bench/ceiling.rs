@@ -25,49 +25,80 @@ pub struct Ceiling {
 
 /// Measures on a fresh database of `mysql_url`'s server, or on a SQLite file in `dir`.
 pub async fn measure(mysql_url: Option<&str>, dir: &Path, connections: u32, seconds: u64) -> anyhow::Result<Ceiling> {
-    std::fs::create_dir_all(dir)?;
-    // The database created on a MySQL server, and dropped again once measured.
-    let name = format!("midflight_ceiling_{}", std::process::id());
-    let (url, durability) = match mysql_url {
-        Some(server) => {
-            let admin = Database::connect(server).await.with_context(|| format!("cannot connect to {server}"))?;
-            admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}")).await?;
-            admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await?;
-            let flush = admin
-                .query_one_raw(Statement::from_string(
-                    admin.get_database_backend(),
-                    "SELECT CAST(@@innodb_flush_log_at_trx_commit AS SIGNED) AS flush",
-                ))
-                .await?
-                .and_then(|row| row.try_get::<i64>("", "flush").ok())
-                .map_or("unknown".to_owned(), |flush| format!("innodb_flush_log_at_trx_commit={flush}"));
-            admin.close().await.ok();
-            (midflight_config::with_database_name(server, &name), flush)
-        }
-        None => {
-            let path = dir.join("ceiling.db");
+    let scratch = Scratch::create(mysql_url, dir, "ceiling").await?;
+    let measured = run(scratch.options(connections), connections, seconds).await;
+    // Dropped whether or not the run succeeded, so a failed run leaves no database behind.
+    let durability = scratch.durability.clone();
+    scratch.remove().await;
+    let (commits, elapsed) = measured?;
+    Ok(Ceiling { connections, seconds: elapsed, commits, commits_per_s: commits as f64 / elapsed, durability })
+}
+
+/// A database of the lab's own beside a system's, to measure the server (or the disk) on: a
+/// fresh database on the MySQL server, dropped again by `remove`, or a fresh SQLite file in
+/// `dir`. The ceiling and the commit probe use one each.
+pub struct Scratch {
+    url: String,
+    /// `innodb_flush_log_at_trx_commit` (MariaDB), or SQLite's journal and sync mode.
+    pub durability: String,
+    /// The server and the database created on it.
+    created: Option<(String, String)>,
+}
+
+impl Scratch {
+    pub async fn create(mysql_url: Option<&str>, dir: &Path, label: &str) -> anyhow::Result<Scratch> {
+        std::fs::create_dir_all(dir)?;
+        let Some(server) = mysql_url else {
+            let path = dir.join(format!("{label}.db"));
             for suffix in ["", "-wal", "-shm"] {
                 std::fs::remove_file(format!("{}{suffix}", path.display())).ok();
             }
-            (format!("sqlite://{}?mode=rwc", path.display()), "WAL, synchronous=FULL (the store's)".to_owned())
-        }
-    };
-    let mut options = ConnectOptions::new(url.clone());
-    options
-        .max_connections(connections)
-        .min_connections(connections)
-        .test_before_acquire(false)
-        .sqlx_logging(false)
-        .map_sqlx_sqlite_opts(|sqlite| {
-            sqlite.journal_mode(sea_orm::sqlx::sqlite::SqliteJournalMode::Wal).busy_timeout(Duration::from_secs(10))
-        });
-    let measured = run(options, connections, seconds).await;
-    if let Some(server) = mysql_url {
-        // Dropped whether or not the run succeeded, so a failed run leaves no database behind.
-        crate::system::on_server(server, &[format!("DROP DATABASE IF EXISTS {name}")]).await.ok();
+            return Ok(Scratch {
+                url: format!("sqlite://{}?mode=rwc", path.display()),
+                durability: "WAL, synchronous=FULL (the store's)".to_owned(),
+                created: None,
+            });
+        };
+        let name = format!("midflight_{label}_{}", std::process::id());
+        let admin = Database::connect(server).await.with_context(|| format!("cannot connect to {server}"))?;
+        admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}")).await?;
+        admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await?;
+        let flush = admin
+            .query_one_raw(Statement::from_string(
+                admin.get_database_backend(),
+                "SELECT CAST(@@innodb_flush_log_at_trx_commit AS SIGNED) AS flush",
+            ))
+            .await?
+            .and_then(|row| row.try_get::<i64>("", "flush").ok())
+            .map_or("unknown".to_owned(), |flush| format!("innodb_flush_log_at_trx_commit={flush}"));
+        admin.close().await.ok();
+        Ok(Scratch {
+            url: midflight_config::with_database_name(server, &name),
+            durability: flush,
+            created: Some((server.to_owned(), name)),
+        })
     }
-    let (commits, elapsed) = measured?;
-    Ok(Ceiling { connections, seconds: elapsed, commits, commits_per_s: commits as f64 / elapsed, durability })
+
+    /// A pool of `connections` with the store's settings (no test before acquire, SQLite in WAL).
+    pub fn options(&self, connections: u32) -> ConnectOptions {
+        let mut options = ConnectOptions::new(self.url.clone());
+        options
+            .max_connections(connections)
+            .min_connections(connections)
+            .test_before_acquire(false)
+            .sqlx_logging(false)
+            .map_sqlx_sqlite_opts(|sqlite| {
+                sqlite.journal_mode(sea_orm::sqlx::sqlite::SqliteJournalMode::Wal).busy_timeout(Duration::from_secs(10))
+            });
+        options
+    }
+
+    /// Drops the database created on the server (a SQLite file stays in the run's directory).
+    pub async fn remove(self) {
+        if let Some((server, name)) = self.created {
+            crate::system::on_server(&server, &[format!("DROP DATABASE IF EXISTS {name}")]).await.ok();
+        }
+    }
 }
 
 /// `connections` workers updating their own rows until `seconds` have passed: commits and

@@ -105,6 +105,9 @@ struct SystemNumbers {
     p50_ms: Option<i64>,
     p99_ms: Option<i64>,
     added_p99_ms: Option<i64>,
+    /// The database's own commit p99 over the same phase as the latencies (`commit_probe`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    db_commit_p99_ms: Option<f64>,
     write_txns_per_msg: Option<f64>,
     rss_mib: Option<f64>,
     duplicates: usize,
@@ -124,6 +127,7 @@ fn numbers(result: &SystemResult) -> SystemNumbers {
         p50_ms: result.paced.as_ref().and_then(|p| p.p50_ms),
         p99_ms: result.paced.as_ref().and_then(|p| p.p99_ms),
         added_p99_ms: result.paced.as_ref().and_then(|p| p.added_p99_ms),
+        db_commit_p99_ms: result.paced.as_ref().and_then(|p| p.db_commit.p99_ms).map(|v| round(v, 2)),
         write_txns_per_msg: result.peak.as_ref().and_then(|p| p.write_txns_per_msg).map(|v| round(v, 3)),
         rss_mib: result.peak.as_ref().map(|p| round(p.rss_mib, 1)),
         duplicates: [&result.peak, &result.paced].into_iter().flatten().map(|p| p.duplicates).sum(),
@@ -137,6 +141,7 @@ fn numbers(result: &SystemResult) -> SystemNumbers {
             p50_ms: r.p50_ms,
             p99_ms: r.p99_ms,
             added_p99_ms: r.added_p99_ms,
+            db_commit_p99_ms: r.db_commit.p99_ms.map(|v| round(v, 2)),
             write_txns_per_msg: r.write_txns_per_msg.map(|v| round(v, 3)),
             rss_mib: Some(round(r.rss_mib, 1)),
             duplicates: r.duplicates,
@@ -413,8 +418,54 @@ fn markdown(report: &BenchReport) -> String {
          completed, after a rebalance handed its partition on from an older commit; a baseline's \
          latencies count each message's first completion.\n",
     );
+    out.push_str(&db_commit_markdown(report));
     out.push_str(&cpu_markdown(report));
     out.push_str("\n![throughput and latency over time](chart.svg)\n");
+    out
+}
+
+/// The database's own commit latency in each phase, beside what the system added after arrival.
+fn db_commit_markdown(report: &BenchReport) -> String {
+    let mut out = String::from(
+        "\n## The database's own commit latency\n\n\
+         | system | phase | probe commits | p50 ms | p99 ms | max ms | slowest second | after arrival p99 ms |\n\
+         |---|---|---|---|---|---|---|---|\n",
+    );
+    for p in phases(report) {
+        let c = &p.db_commit;
+        let slowest = c
+            .max_by_second()
+            .into_iter()
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .map_or("-".to_owned(), |(second, ms)| format!("{second}-{} s: {ms:.1} ms", second + 1));
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            p.system,
+            p.phase,
+            c.commits,
+            opt_f(c.p50_ms, 2),
+            opt_f(c.p99_ms, 2),
+            opt_f(c.max_ms, 1),
+            slowest,
+            opt(p.after_arrival_p99_ms)
+        );
+    }
+    for p in phases(report) {
+        if let Some(error) = &p.db_commit.error {
+            let _ = writeln!(out, "\n{} {}: {error}", p.system, p.phase);
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\nThe lab commits a one-row update every {} ms on a database of its own beside the system's (the \
+         same MariaDB server, or a SQLite file in the system's directory) from loading's start until \
+         drained, and times each commit. When the server's commits slow down (its log's flushes wait on \
+         the disk), the system's and the probe's slow down together. The slowest second counts from \
+         loading's start (the series' `db_commit_max_ms`). The probe's updates are taken out of the \
+         MariaDB write statements above; its commits reach the server's log writes (one each at most).",
+        super::commit_probe::EVERY.as_millis()
+    );
     out
 }
 
@@ -489,13 +540,13 @@ fn projection(kind: SystemKind, c: &CpuPerMsg) -> String {
 
 fn phases_csv(report: &BenchReport) -> String {
     let mut out = String::from(
-        "system,phase,consumers,offered_per_s,messages,finished,msgs_per_s,p50_ms,p99_ms,added_p50_ms,added_p99_ms,arrival_p50_ms,arrival_p99_ms,after_arrival_p50_ms,after_arrival_p99_ms,call_mean_ms,write_txns_per_msg,transitions_per_msg,mysql_commits_per_msg,mysql_write_statements_per_msg,mysql_log_writes_per_msg,rss_mib,in_flight_per_consumer_max,rebalances,handover_max_ms,processed_again,duplicates,violations,lost,drained,load_avg_start,load_avg_end,cpu_consumers_ms,cpu_recovery_ms,cpu_mocks_ms,cpu_lab_ms,cpu_database_ms,cpu_broker_ms,cpu_box_ms,box_busy_pct\n",
+        "system,phase,consumers,offered_per_s,messages,finished,msgs_per_s,p50_ms,p99_ms,added_p50_ms,added_p99_ms,arrival_p50_ms,arrival_p99_ms,after_arrival_p50_ms,after_arrival_p99_ms,call_mean_ms,write_txns_per_msg,transitions_per_msg,mysql_commits_per_msg,mysql_write_statements_per_msg,mysql_log_writes_per_msg,rss_mib,in_flight_per_consumer_max,rebalances,handover_max_ms,processed_again,duplicates,violations,lost,drained,load_avg_start,load_avg_end,cpu_consumers_ms,cpu_recovery_ms,cpu_mocks_ms,cpu_lab_ms,cpu_database_ms,cpu_broker_ms,cpu_box_ms,box_busy_pct,db_commit_p50_ms,db_commit_p99_ms,db_commit_max_ms\n",
     );
     let csv = |v: Option<String>| v.unwrap_or_default();
     for p in phases(report) {
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{:.1},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.1},{},{},{},{},{},{},{},{},{:.2},{:.2},{}",
+            "{},{},{},{},{},{},{:.1},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.1},{},{},{},{},{},{},{},{},{:.2},{:.2},{},{},{},{}",
             p.system,
             p.phase,
             p.consumers,
@@ -528,7 +579,10 @@ fn phases_csv(report: &BenchReport) -> String {
             p.drained,
             p.load_avg_start,
             p.load_avg_end,
-            cpu_csv(p.cpu)
+            cpu_csv(p.cpu),
+            csv(p.db_commit.p50_ms.map(|v| format!("{v:.2}"))),
+            csv(p.db_commit.p99_ms.map(|v| format!("{v:.2}"))),
+            csv(p.db_commit.max_ms.map(|v| format!("{v:.1}")))
         );
     }
     out
@@ -551,12 +605,12 @@ fn cpu_csv(cpu: Option<CpuPerMsg>) -> String {
 }
 
 fn series_csv(report: &BenchReport) -> String {
-    let mut out = String::from("system,phase,t_s,done,done_per_s,p50_ms,p99_ms,in_flight\n");
+    let mut out = String::from("system,phase,t_s,done,done_per_s,p50_ms,p99_ms,in_flight,db_commit_max_ms\n");
     for p in phases(report) {
         for s in &p.series {
             let _ = writeln!(
                 out,
-                "{},{},{:.2},{},{:.1},{},{},{}",
+                "{},{},{:.2},{},{:.1},{},{},{},{}",
                 p.system,
                 p.phase,
                 s.t_s,
@@ -564,7 +618,8 @@ fn series_csv(report: &BenchReport) -> String {
                 s.done_per_s,
                 opt(s.p50_ms),
                 opt(s.p99_ms),
-                s.in_flight
+                s.in_flight,
+                s.db_commit_max_ms.map_or(String::new(), |v| format!("{v:.1}"))
             );
         }
     }

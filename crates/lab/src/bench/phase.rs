@@ -14,6 +14,7 @@ use midflight_stack::kafka::Record;
 use sea_orm::{ConnectionTrait, Database, DatabaseConnection, Statement};
 use serde::Serialize;
 
+use super::commit_probe::{self, CommitLatency};
 use super::cpu::{CpuMeter, CpuPerMsg, Role};
 use super::{BenchArgs, SystemKind};
 use crate::process::Signal;
@@ -76,6 +77,8 @@ pub struct Sample {
     pub p99_ms: Option<i64>,
     /// Sagas in flight, summed over processes (midflight: from the table).
     pub in_flight: u64,
+    /// The database's slowest probe commit started in the second before this sample.
+    pub db_commit_max_ms: Option<f64>,
 }
 
 /// What one phase measured.
@@ -132,6 +135,8 @@ pub struct PhaseResult {
     pub drained: bool,
     pub load_avg_start: f64,
     pub load_avg_end: f64,
+    /// The database's own commit latency over the measured part (`commit_probe`).
+    pub db_commit: CommitLatency,
     pub series: Vec<Sample>,
 }
 
@@ -163,6 +168,8 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
     let warm = produce(&system, &format!("{prefix}W"), 0, WARMUP_MESSAGES, &mut expected).await?;
     wait_until(&progress, warm.len() as u64, WARMUP_DEADLINE).await.context("the warm-up did not finish")?;
     let load_avg_start = load_average();
+    // The database's own commit latency beside the system's, on the same server (or disk).
+    let probe = commit_probe::prepare(system.spec.mysql_url.as_deref(), &system.dir).await?;
     let mysql_before = progress.mysql_counters().await?;
     let mut cpu = CpuMeter::new(system.spec.mysql_url.as_deref(), system.spec.kafka_bootstrap.as_deref());
     cpu.read(children(&mut system));
@@ -175,6 +182,7 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
         cpu,
     };
     let started = Instant::now();
+    let probe = probe.start(started);
     let loading_from_ms = crate::timings::now_ms();
     let (messages, rebalances) = match load {
         Load::Peak => (run.peak(args, &prefix, &mut expected, consumers).await?, 0),
@@ -185,6 +193,10 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
     let loaded_s = started.elapsed().as_secs_f64();
     let target = (warm.len() + messages) as u64;
     let drained = run.drain(target, started).await?;
+    let db_commit = probe.finish().await;
+    if let Some(error) = &db_commit.error {
+        println!("{name}: {error}");
+    }
     let mysql_after = progress.mysql_counters().await?;
     run.cpu.read(children(run.system));
     let load_avg_end = load_average();
@@ -216,7 +228,7 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
     // finished, warm-up included (a few hundred against tens of thousands).
     let all = finished + warm.len();
     let per_msg = |count: u64| (finished > 0).then(|| count as f64 / all as f64);
-    let series = latencies.series(&samples);
+    let series = latencies.series(&samples, &db_commit);
     let (e2e, added) = (latencies.sorted_e2e(), latencies.sorted_added());
     let (arrival, after_arrival) = (sorted(latencies.arrival.clone()), sorted(latencies.after_arrival.clone()));
     let result = PhaseResult {
@@ -245,7 +257,10 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
             let finished = finished.max(1) as f64;
             Some(MysqlDeltas {
                 com_commit_per_msg: a.commits.checked_sub(b.commits)? as f64 / finished,
-                write_statements_per_msg: a.writes.checked_sub(b.writes)? as f64 / finished,
+                // The probe's updates are the lab's, not the system's.
+                write_statements_per_msg: a.writes.checked_sub(b.writes)?.saturating_sub(db_commit.commits as u64)
+                    as f64
+                    / finished,
                 log_writes_per_msg: a.log_writes.checked_sub(b.log_writes)? as f64 / finished,
             })
         }),
@@ -261,6 +276,7 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
         drained,
         load_avg_start,
         load_avg_end,
+        db_commit,
         series,
     };
     println!(
@@ -470,7 +486,15 @@ impl Running<'_> {
             let dt = t_s - last.t_s;
             if dt > 0.0 { done.saturating_sub(last.done) as f64 / dt } else { 0.0 }
         });
-        self.samples.push(Sample { t_s, done, done_per_s, p50_ms: None, p99_ms: None, in_flight });
+        self.samples.push(Sample {
+            t_s,
+            done,
+            done_per_s,
+            p50_ms: None,
+            p99_ms: None,
+            in_flight,
+            db_commit_max_ms: None,
+        });
         self.cpu.read(children(self.system));
         Ok(done)
     }
@@ -810,8 +834,10 @@ impl Latencies {
         sorted(self.added.clone())
     }
 
-    /// The samples, each with the latency percentiles of the messages finished in its second.
-    fn series(&self, samples: &[Sample]) -> Vec<Sample> {
+    /// The samples, each with the latency percentiles of the messages finished in its second
+    /// and the database's slowest probe commit started in it.
+    fn series(&self, samples: &[Sample], db_commit: &CommitLatency) -> Vec<Sample> {
+        let db_commit_max = db_commit.max_by_second();
         let mut by_second: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
         for (t_s, e2e) in &self.e2e {
             by_second.entry(t_s.floor() as i64).or_default().push(*e2e);
@@ -820,6 +846,7 @@ impl Latencies {
             .iter()
             .map(|sample| {
                 let mut sample = sample.clone();
+                sample.db_commit_max_ms = db_commit_max.get(&(sample.t_s.floor() as i64 - 1)).copied();
                 if let Some(values) = by_second.get_mut(&(sample.t_s.floor() as i64 - 1)) {
                     values.sort_unstable();
                     sample.p50_ms = percentile(values, 0.50);

@@ -1,0 +1,183 @@
+//! The database's own commit latency while a phase runs. The lab commits a one-row update every
+//! `EVERY` on a database of its own beside the system's (a fresh database on the same server, or
+//! a SQLite file on the same disk) and times each commit. A system's latency tail can then be
+//! read against the database's: when the server's commits slow down (its log's flushes wait on
+//! the disk), every client's do, the probe's too.
+//!
+//! The probe's updates reach the server's global counters; the phase takes them out of the
+//! write statements it reports.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use sea_orm::{ConnectionTrait, Database, Statement};
+use serde::Serialize;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use super::ceiling::Scratch;
+use super::phase::percentile;
+
+/// How often the probe commits: light beside a system's hundreds of commits a second.
+pub const EVERY: Duration = Duration::from_millis(100);
+
+/// What the probe saw over a phase.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CommitLatency {
+    /// Commits timed (each one autocommitted single-row update).
+    pub commits: usize,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub max_ms: Option<f64>,
+    /// Why the probe stopped early, when it did (its commits until then are counted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Each commit: seconds since loading started, microseconds it took.
+    #[serde(skip)]
+    pub timeline: Vec<(f64, i64)>,
+}
+
+impl CommitLatency {
+    fn from_timeline(timeline: Vec<(f64, i64)>, error: Option<String>) -> CommitLatency {
+        let mut micros: Vec<i64> = timeline.iter().map(|(_, us)| *us).collect();
+        micros.sort_unstable();
+        let ms = |q: f64| percentile(&micros, q).map(|us| us as f64 / 1000.0);
+        CommitLatency { commits: micros.len(), p50_ms: ms(0.50), p99_ms: ms(0.99), max_ms: ms(1.0), error, timeline }
+    }
+
+    /// The slowest commit started in each second since loading started, in ms.
+    pub fn max_by_second(&self) -> BTreeMap<i64, f64> {
+        let mut out: BTreeMap<i64, f64> = BTreeMap::new();
+        for (t_s, us) in &self.timeline {
+            let slowest = out.entry(t_s.floor() as i64).or_default();
+            *slowest = slowest.max(*us as f64 / 1000.0);
+        }
+        out
+    }
+}
+
+/// A probe whose database and table are ready, not yet committing.
+pub struct Prepared {
+    scratch: Scratch,
+    db: sea_orm::DatabaseConnection,
+}
+
+/// Each commit (seconds since loading started, microseconds it took), and why the probe
+/// stopped early if it did.
+type Timeline = (Vec<(f64, i64)>, Option<String>);
+
+/// A probe committing in the background until `finish`.
+pub struct CommitProbe {
+    scratch: Scratch,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<Timeline>,
+}
+
+/// Creates the probe's database and its one row (before the phase reads the server's counters,
+/// so that its setup stays out of them).
+pub async fn prepare(mysql_url: Option<&str>, dir: &Path) -> anyhow::Result<Prepared> {
+    let scratch = Scratch::create(mysql_url, dir, "probe").await?;
+    let db = match Database::connect(scratch.options(1)).await {
+        Ok(db) => db,
+        Err(error) => {
+            scratch.remove().await;
+            return Err(anyhow::Error::new(error).context("commit probe: cannot connect"));
+        }
+    };
+    let setup = async {
+        db.execute_unprepared("CREATE TABLE commit_probe (id INT NOT NULL PRIMARY KEY, n BIGINT NOT NULL)").await?;
+        db.execute_unprepared("INSERT INTO commit_probe (id, n) VALUES (1, 0)").await
+    };
+    if let Err(error) = setup.await {
+        db.close().await.ok();
+        scratch.remove().await;
+        return Err(anyhow::Error::new(error).context("commit probe: cannot create its table"));
+    }
+    Ok(Prepared { scratch, db })
+}
+
+impl Prepared {
+    /// Starts committing every `EVERY`; times are taken from `started` (loading's start).
+    pub fn start(self, started: Instant) -> CommitProbe {
+        let (stop, mut stopped) = oneshot::channel();
+        let db = self.db;
+        let task = tokio::spawn(async move {
+            let mut timeline = Vec::new();
+            let mut ticks = tokio::time::interval(EVERY);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let update =
+                Statement::from_string(db.get_database_backend(), "UPDATE commit_probe SET n = n + 1 WHERE id = 1");
+            let error = loop {
+                tokio::select! {
+                    _ = &mut stopped => break None,
+                    _ = ticks.tick() => {}
+                }
+                let at = Instant::now();
+                if let Err(error) = db.execute_raw(update.clone()).await {
+                    break Some(format!("commit probe: {error}"));
+                }
+                let micros = i64::try_from(at.elapsed().as_micros()).unwrap_or(i64::MAX);
+                timeline.push((at.duration_since(started).as_secs_f64(), micros));
+            };
+            db.close().await.ok();
+            (timeline, error)
+        });
+        CommitProbe { scratch: self.scratch, stop, task }
+    }
+}
+
+impl CommitProbe {
+    /// Stops the probe, drops its database, and sums up what it saw.
+    pub async fn finish(self) -> CommitLatency {
+        let _ = self.stop.send(());
+        let (timeline, error) = match self.task.await {
+            Ok(done) => done,
+            Err(error) => (Vec::new(), Some(format!("commit probe: its task failed: {error}"))),
+        };
+        self.scratch.remove().await;
+        CommitLatency::from_timeline(timeline, error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sums_up_the_timeline_and_keeps_each_seconds_slowest() {
+        let timeline = vec![(0.05, 900), (0.15, 1_100), (1.02, 37_000), (1.5, 800), (2.9, 1_000)];
+        let latency = CommitLatency::from_timeline(timeline, None);
+        assert_eq!(latency.commits, 5);
+        assert_eq!(latency.p50_ms, Some(1.0));
+        assert_eq!(latency.max_ms, Some(37.0));
+        let by_second: Vec<_> = latency.max_by_second().into_iter().collect();
+        assert_eq!(by_second, vec![(0, 1.1), (1, 37.0), (2, 1.0)]);
+        assert_eq!(CommitLatency::from_timeline(Vec::new(), None).p99_ms, None);
+    }
+
+    #[tokio::test]
+    async fn times_commits_on_a_sqlite_file_until_finished() {
+        let dir = std::env::temp_dir().join(format!("midflight-probe-{}", uuid::Uuid::new_v4()));
+        let probe = prepare(None, &dir).await.expect("prepare the probe").start(Instant::now());
+        // Three commits at the probe's pace: the first tick fires at once.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let url = format!("sqlite://{}?mode=ro", dir.join("probe.db").display());
+        let db = Database::connect(url).await.expect("open the probe's file");
+        let count = Statement::from_string(db.get_database_backend(), "SELECT n FROM commit_probe");
+        loop {
+            let row = db.query_one_raw(count.clone()).await.expect("read the probe's row").expect("the probe's row");
+            if row.try_get::<i64>("", "n").expect("its count") >= 3 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the probe did not commit three times in 30 s");
+            tokio::time::sleep(EVERY).await;
+        }
+        db.close().await.ok();
+        let latency = probe.finish().await;
+        assert!(latency.commits >= 3, "{latency:?}");
+        assert_eq!(latency.error, None);
+        assert!(latency.timeline.windows(2).all(|w| w[0].0 <= w[1].0), "{latency:?}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
