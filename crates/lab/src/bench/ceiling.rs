@@ -93,6 +93,11 @@ impl Scratch {
         options
     }
 
+    /// The database created on the server (none for a SQLite file).
+    pub fn database(&self) -> Option<&str> {
+        self.created.as_ref().map(|(_, name)| name.as_str())
+    }
+
     /// Drops the database created on the server (a SQLite file stays in the run's directory).
     pub async fn remove(self) {
         if let Some((server, name)) = self.created {

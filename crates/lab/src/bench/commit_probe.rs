@@ -9,6 +9,8 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use sea_orm::{ConnectionTrait, Database, Statement};
@@ -72,6 +74,8 @@ pub struct CommitProbe {
     scratch: Scratch,
     stop: oneshot::Sender<()>,
     task: JoinHandle<Timeline>,
+    /// Commits timed so far.
+    commits: Arc<AtomicUsize>,
 }
 
 /// Creates the probe's database and its one row (before the phase reads the server's counters,
@@ -102,6 +106,8 @@ impl Prepared {
     pub fn start(self, started: Instant) -> CommitProbe {
         let (stop, mut stopped) = oneshot::channel();
         let db = self.db;
+        let commits = Arc::new(AtomicUsize::new(0));
+        let counted = commits.clone();
         let task = tokio::spawn(async move {
             let mut timeline = Vec::new();
             let mut ticks = tokio::time::interval(EVERY);
@@ -119,15 +125,26 @@ impl Prepared {
                 }
                 let micros = i64::try_from(at.elapsed().as_micros()).unwrap_or(i64::MAX);
                 timeline.push((at.duration_since(started).as_secs_f64(), micros));
+                counted.fetch_add(1, Ordering::Relaxed);
             };
             db.close().await.ok();
             (timeline, error)
         });
-        CommitProbe { scratch: self.scratch, stop, task }
+        CommitProbe { scratch: self.scratch, stop, task, commits }
     }
 }
 
 impl CommitProbe {
+    /// Commits timed so far.
+    pub fn commits(&self) -> usize {
+        self.commits.load(Ordering::Relaxed)
+    }
+
+    /// The database created on the server for the probe (none for a SQLite file).
+    pub fn database(&self) -> Option<&str> {
+        self.scratch.database()
+    }
+
     /// Stops the probe, drops its database, and sums up what it saw.
     pub async fn finish(self) -> CommitLatency {
         let _ = self.stop.send(());
@@ -156,28 +173,48 @@ mod tests {
         assert_eq!(CommitLatency::from_timeline(Vec::new(), None).p99_ms, None);
     }
 
-    #[tokio::test]
-    async fn times_commits_on_a_sqlite_file_until_finished() {
+    /// Three commits at the probe's pace, then `finish`: each timed in order, nothing left on
+    /// the server.
+    async fn times_commits_until_finished(mysql_url: Option<&str>) {
         let dir = std::env::temp_dir().join(format!("midflight-probe-{}", uuid::Uuid::new_v4()));
-        let probe = prepare(None, &dir).await.expect("prepare the probe").start(Instant::now());
-        // Three commits at the probe's pace: the first tick fires at once.
+        let probe = prepare(mysql_url, &dir).await.expect("prepare the probe").start(Instant::now());
         let deadline = Instant::now() + Duration::from_secs(30);
-        let url = format!("sqlite://{}?mode=ro", dir.join("probe.db").display());
-        let db = Database::connect(url).await.expect("open the probe's file");
-        let count = Statement::from_string(db.get_database_backend(), "SELECT n FROM commit_probe");
-        loop {
-            let row = db.query_one_raw(count.clone()).await.expect("read the probe's row").expect("the probe's row");
-            if row.try_get::<i64>("", "n").expect("its count") >= 3 {
-                break;
-            }
+        while probe.commits() < 3 {
             assert!(Instant::now() < deadline, "the probe did not commit three times in 30 s");
             tokio::time::sleep(EVERY).await;
         }
-        db.close().await.ok();
+        let database = probe.database().map(str::to_owned);
+        assert_eq!(database.is_some(), mysql_url.is_some());
         let latency = probe.finish().await;
         assert!(latency.commits >= 3, "{latency:?}");
         assert_eq!(latency.error, None);
         assert!(latency.timeline.windows(2).all(|w| w[0].0 <= w[1].0), "{latency:?}");
+        assert!(latency.p50_ms.is_some_and(|p50| p50 > 0.0), "{latency:?}");
+        if let (Some(server), Some(name)) = (mysql_url, database) {
+            let db = Database::connect(server).await.expect("connect to the server");
+            let left = db
+                .query_one_raw(Statement::from_sql_and_values(
+                    db.get_database_backend(),
+                    "SELECT COUNT(*) AS n FROM information_schema.schemata WHERE schema_name = ?",
+                    [name.clone().into()],
+                ))
+                .await
+                .expect("list the databases")
+                .expect("a count");
+            assert_eq!(left.try_get::<i64>("", "n").expect("the count"), 0, "{name} was left on the server");
+            db.close().await.ok();
+        }
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[tokio::test]
+    async fn times_commits_on_a_sqlite_file_until_finished() {
+        times_commits_until_finished(None).await;
+    }
+
+    #[tokio::test]
+    async fn times_commits_on_mysql_until_finished() {
+        let Some(server) = midflight_store::testing::mysql_server_url() else { return };
+        times_commits_until_finished(Some(&server)).await;
     }
 }
