@@ -93,7 +93,13 @@ impl Scratch {
         options
     }
 
+    #[cfg(test)]
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
     /// The database created on the server (none for a SQLite file).
+    #[cfg(test)]
     pub fn database(&self) -> Option<&str> {
         self.created.as_ref().map(|(_, name)| name.as_str())
     }

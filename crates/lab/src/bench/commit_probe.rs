@@ -9,8 +9,6 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use sea_orm::{ConnectionTrait, Database, Statement};
@@ -74,8 +72,6 @@ pub struct CommitProbe {
     scratch: Scratch,
     stop: oneshot::Sender<()>,
     task: JoinHandle<Timeline>,
-    /// Commits timed so far.
-    commits: Arc<AtomicUsize>,
 }
 
 /// Creates the probe's database and its one row (before the phase reads the server's counters,
@@ -106,8 +102,6 @@ impl Prepared {
     pub fn start(self, started: Instant) -> CommitProbe {
         let (stop, mut stopped) = oneshot::channel();
         let db = self.db;
-        let commits = Arc::new(AtomicUsize::new(0));
-        let counted = commits.clone();
         let task = tokio::spawn(async move {
             let mut timeline = Vec::new();
             let mut ticks = tokio::time::interval(EVERY);
@@ -125,26 +119,15 @@ impl Prepared {
                 }
                 let micros = i64::try_from(at.elapsed().as_micros()).unwrap_or(i64::MAX);
                 timeline.push((at.duration_since(started).as_secs_f64(), micros));
-                counted.fetch_add(1, Ordering::Relaxed);
             };
             db.close().await.ok();
             (timeline, error)
         });
-        CommitProbe { scratch: self.scratch, stop, task, commits }
+        CommitProbe { scratch: self.scratch, stop, task }
     }
 }
 
 impl CommitProbe {
-    /// Commits timed so far.
-    pub fn commits(&self) -> usize {
-        self.commits.load(Ordering::Relaxed)
-    }
-
-    /// The database created on the server for the probe (none for a SQLite file).
-    pub fn database(&self) -> Option<&str> {
-        self.scratch.database()
-    }
-
     /// Stops the probe, drops its database, and sums up what it saw.
     pub async fn finish(self) -> CommitLatency {
         let _ = self.stop.send(());
@@ -178,12 +161,20 @@ mod tests {
     async fn times_commits_until_finished(mysql_url: Option<&str>) {
         let dir = std::env::temp_dir().join(format!("midflight-probe-{}", uuid::Uuid::new_v4()));
         let probe = prepare(mysql_url, &dir).await.expect("prepare the probe").start(Instant::now());
+        // The probe's row, read over a connection of the test's own.
+        let db = Database::connect(probe.scratch.url()).await.expect("connect to the probe's database");
+        let count = Statement::from_string(db.get_database_backend(), "SELECT n FROM commit_probe");
         let deadline = Instant::now() + Duration::from_secs(30);
-        while probe.commits() < 3 {
+        loop {
+            let row = db.query_one_raw(count.clone()).await.expect("read the probe's row").expect("its row");
+            if row.try_get::<i64>("", "n").expect("its count") >= 3 {
+                break;
+            }
             assert!(Instant::now() < deadline, "the probe did not commit three times in 30 s");
             tokio::time::sleep(EVERY).await;
         }
-        let database = probe.database().map(str::to_owned);
+        db.close().await.ok();
+        let database = probe.scratch.database().map(str::to_owned);
         assert_eq!(database.is_some(), mysql_url.is_some());
         let latency = probe.finish().await;
         assert!(latency.commits >= 3, "{latency:?}");
