@@ -9,6 +9,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 use super::cpu::CpuPerMsg;
+use super::phase::Sample;
 use super::{BenchReport, PhaseResult, SystemKind, SystemResult};
 
 /// Targets of issue 8, on this machine.
@@ -629,25 +630,30 @@ fn series_csv(report: &BenchReport) -> String {
 /// Colours of the lines, one per phase, in order.
 const PALETTE: [&str; 8] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
 
-/// Two panels: completions per second, and p99 end-to-end latency per second, against time.
+/// The chart's panels: title, unit, and each second's value.
+type Panel = (&'static str, &'static str, fn(&Sample) -> Option<f64>);
+
+const PANELS: [Panel; 3] = [
+    ("completions per second", "msg/s", |s| Some(s.done_per_s)),
+    ("p99 end-to-end latency (paced phases)", "ms", |s| s.p99_ms.map(|v| v as f64)),
+    ("the database's slowest probe commit in each second", "ms", |s| s.db_commit_max_ms),
+];
+
+/// Three panels against time: completions per second, p99 end-to-end latency per second, and
+/// the database's own slowest commit per second (`commit_probe`).
 fn svg(report: &BenchReport) -> String {
     let (width, panel, margin, legend_row) = (960.0, 260.0, 60.0, 16.0);
     let all: Vec<&PhaseResult> = phases(report).collect();
     let legend_h = legend_row * all.len() as f64 + 10.0;
-    let height = 2.0 * panel + 3.0 * margin + legend_h;
+    let panels = PANELS.len() as f64;
+    let height = panels * panel + (panels + 1.0) * margin + legend_h;
     let t_max = all.iter().flat_map(|p| p.series.iter().map(|s| s.t_s)).fold(1.0_f64, f64::max);
-    let rate_max = all.iter().flat_map(|p| p.series.iter().map(|s| s.done_per_s)).fold(1.0_f64, f64::max);
-    let lat_max =
-        all.iter().flat_map(|p| p.series.iter().filter_map(|s| s.p99_ms)).map(|v| v as f64).fold(1.0_f64, f64::max);
     let mut out = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
     );
     let plot_w = width - 2.0 * margin;
-    for (index, (title, max, unit)) in
-        [("completions per second", rate_max, "msg/s"), ("p99 end-to-end latency (paced phases)", lat_max, "ms")]
-            .into_iter()
-            .enumerate()
-    {
+    for (index, (title, unit, value_of)) in PANELS.into_iter().enumerate() {
+        let max = all.iter().flat_map(|p| p.series.iter().filter_map(value_of)).fold(1.0_f64, f64::max);
         let top = margin + index as f64 * (panel + margin);
         let _ = writeln!(
             out,
@@ -670,8 +676,7 @@ fn svg(report: &BenchReport) -> String {
                 .series
                 .iter()
                 .filter_map(|s| {
-                    let value = if index == 0 { Some(s.done_per_s) } else { s.p99_ms.map(|v| v as f64) };
-                    value.map(|v| {
+                    value_of(s).map(|v| {
                         format!(
                             "{:.1},{:.1}",
                             margin + plot_w * s.t_s / t_max,
@@ -696,7 +701,7 @@ fn svg(report: &BenchReport) -> String {
             top + panel + 14.0
         );
     }
-    let legend_top = 2.0 * panel + 2.5 * margin + 10.0;
+    let legend_top = panels * panel + (panels + 0.5) * margin + 10.0;
     for (n, phase) in all.iter().enumerate() {
         let y = legend_top + legend_row * n as f64;
         let _ = writeln!(
