@@ -230,7 +230,7 @@ impl System {
         store.migrate().await.context("cannot migrate the saga database")?;
         let (proxy, services_database_url) = proxied(&spec, &database_url).await?;
         let processes = Supervisor::new(Supervisor::sibling_binaries()?, dir.join("logs"))?;
-        let (wms_port, logistics_port) = (free_port()?, free_port()?);
+        let [wms_port, logistics_port] = free_ports()?;
         let mut system = System {
             wms_endpoint: format!("http://127.0.0.1:{wms_port}"),
             logistics_endpoint: format!("http://127.0.0.1:{logistics_port}"),
@@ -539,10 +539,18 @@ fn config_args(path: &Path) -> Vec<String> {
     vec!["--config".to_owned(), path.display().to_string()]
 }
 
-/// A port free right now on loopback (the child binds it a moment later).
-fn free_port() -> anyhow::Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("cannot bind a loopback port")?;
-    Ok(listener.local_addr()?.port())
+/// `N` distinct ports free right now on loopback (children bind them a moment later). The
+/// listeners are held until all are chosen: a port let go at once can be handed out again, as
+/// once gave both mocks the same port.
+fn free_ports<const N: usize>() -> anyhow::Result<[u16; N]> {
+    let mut listeners = Vec::with_capacity(N);
+    let mut ports = [0; N];
+    for port in &mut ports {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").context("cannot bind a loopback port")?;
+        *port = listener.local_addr()?.port();
+        listeners.push(listener);
+    }
+    Ok(ports)
 }
 
 /// The saga database's URL, and the name of the database created for it on the MySQL server.
@@ -593,7 +601,15 @@ pub async fn connect(url: &str) -> anyhow::Result<Store> {
 
 #[cfg(test)]
 mod tests {
-    use super::KafkaNames;
+    use super::{KafkaNames, free_ports};
+
+    #[test]
+    fn free_ports_are_distinct() {
+        let ports = free_ports::<32>().expect("loopback ports");
+        let distinct: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), ports.len(), "{ports:?}");
+        assert!(!distinct.contains(&0), "{ports:?}");
+    }
 
     #[test]
     fn names_on_an_external_kafka_are_the_runs_own_and_valid_topic_names() {
