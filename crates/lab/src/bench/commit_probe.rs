@@ -5,7 +5,8 @@
 //! the disk), every client's do, the probe's too.
 //!
 //! The probe's updates reach the server's global counters; the phase takes them out of the
-//! write statements it reports.
+//! write statements it reports. Its commits stay in the server's log writes (10 a second) and
+//! its work in the database server's CPU.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -33,7 +34,7 @@ pub struct CommitLatency {
     /// Why the probe stopped early, when it did (its commits until then are counted).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// Each commit: seconds since loading started, microseconds it took.
+    /// Each commit: seconds since loading started when it finished, microseconds it took.
     #[serde(skip)]
     pub timeline: Vec<(f64, i64)>,
 }
@@ -46,7 +47,8 @@ impl CommitLatency {
         CommitLatency { commits: micros.len(), p50_ms: ms(0.50), p99_ms: ms(0.99), max_ms: ms(1.0), error, timeline }
     }
 
-    /// The slowest commit started in each second since loading started, in ms.
+    /// The slowest commit finished in each second since loading started, in ms (the second in
+    /// which the latency series counts the messages it held up).
     pub fn max_by_second(&self) -> BTreeMap<i64, f64> {
         let mut out: BTreeMap<i64, f64> = BTreeMap::new();
         for (t_s, us) in &self.timeline {
@@ -63,11 +65,11 @@ pub struct Prepared {
     db: sea_orm::DatabaseConnection,
 }
 
-/// Each commit (seconds since loading started, microseconds it took), and why the probe
-/// stopped early if it did.
+/// Each commit (seconds since loading started when it finished, microseconds it took), and why
+/// the probe stopped early if it did.
 type Timeline = (Vec<(f64, i64)>, Option<String>);
 
-/// A probe committing in the background until `finish`.
+/// A probe committing in the background until `stop`.
 pub struct CommitProbe {
     scratch: Scratch,
     stop: oneshot::Sender<()>,
@@ -98,6 +100,12 @@ pub async fn prepare(mysql_url: Option<&str>, dir: &Path) -> anyhow::Result<Prep
 }
 
 impl Prepared {
+    /// Drops the probe's database without having run it (the phase failed first).
+    pub async fn discard(self) {
+        self.db.close().await.ok();
+        self.scratch.remove().await;
+    }
+
     /// Starts committing every `EVERY`; times are taken from `started` (loading's start).
     pub fn start(self, started: Instant) -> CommitProbe {
         let (stop, mut stopped) = oneshot::channel();
@@ -117,8 +125,9 @@ impl Prepared {
                 if let Err(error) = db.execute_raw(update.clone()).await {
                     break Some(format!("commit probe: {error}"));
                 }
-                let micros = i64::try_from(at.elapsed().as_micros()).unwrap_or(i64::MAX);
-                timeline.push((at.duration_since(started).as_secs_f64(), micros));
+                let done = Instant::now();
+                let micros = i64::try_from(done.duration_since(at).as_micros()).unwrap_or(i64::MAX);
+                timeline.push((done.duration_since(started).as_secs_f64(), micros));
             };
             db.close().await.ok();
             (timeline, error)
@@ -128,15 +137,15 @@ impl Prepared {
 }
 
 impl CommitProbe {
-    /// Stops the probe, drops its database, and sums up what it saw.
-    pub async fn finish(self) -> CommitLatency {
+    /// Stops the probe and sums up what it saw. Its database stays until the caller removes it
+    /// (after reading the server's counters, so that the drop stays out of them).
+    pub async fn stop(self) -> (CommitLatency, Scratch) {
         let _ = self.stop.send(());
         let (timeline, error) = match self.task.await {
             Ok(done) => done,
             Err(error) => (Vec::new(), Some(format!("commit probe: its task failed: {error}"))),
         };
-        self.scratch.remove().await;
-        CommitLatency::from_timeline(timeline, error)
+        (CommitLatency::from_timeline(timeline, error), self.scratch)
     }
 }
 
@@ -156,8 +165,8 @@ mod tests {
         assert_eq!(CommitLatency::from_timeline(Vec::new(), None).p99_ms, None);
     }
 
-    /// Three commits at the probe's pace, then `finish`: each timed in order, nothing left on
-    /// the server.
+    /// Three commits at the probe's pace, then `stop` and `remove`: each timed in order,
+    /// nothing left on the server.
     async fn times_commits_until_finished(mysql_url: Option<&str>) {
         let dir = std::env::temp_dir().join(format!("midflight-probe-{}", uuid::Uuid::new_v4()));
         let probe = prepare(mysql_url, &dir).await.expect("prepare the probe").start(Instant::now());
@@ -176,7 +185,8 @@ mod tests {
         db.close().await.ok();
         let database = probe.scratch.database().map(str::to_owned);
         assert_eq!(database.is_some(), mysql_url.is_some());
-        let latency = probe.finish().await;
+        let (latency, scratch) = probe.stop().await;
+        scratch.remove().await;
         assert!(latency.commits >= 3, "{latency:?}");
         assert_eq!(latency.error, None);
         assert!(latency.timeline.windows(2).all(|w| w[0].0 <= w[1].0), "{latency:?}");

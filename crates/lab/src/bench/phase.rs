@@ -77,7 +77,7 @@ pub struct Sample {
     pub p99_ms: Option<i64>,
     /// Sagas in flight, summed over processes (midflight: from the table).
     pub in_flight: u64,
-    /// The database's slowest probe commit started in the second before this sample.
+    /// The database's slowest probe commit finished in the second before this sample.
     pub db_commit_max_ms: Option<f64>,
 }
 
@@ -170,7 +170,13 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
     let load_avg_start = load_average();
     // The database's own commit latency beside the system's, on the same server (or disk).
     let probe = commit_probe::prepare(system.spec.mysql_url.as_deref(), &system.dir).await?;
-    let mysql_before = progress.mysql_counters().await?;
+    let mysql_before = match progress.mysql_counters().await {
+        Ok(counters) => counters,
+        Err(error) => {
+            probe.discard().await;
+            return Err(error);
+        }
+    };
     let mut cpu = CpuMeter::new(system.spec.mysql_url.as_deref(), system.spec.kafka_bootstrap.as_deref());
     cpu.read(children(&mut system));
     let mut run = Running {
@@ -184,20 +190,28 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
     let started = Instant::now();
     let probe = probe.start(started);
     let loading_from_ms = crate::timings::now_ms();
-    let (messages, rebalances) = match load {
-        Load::Peak => (run.peak(args, &prefix, &mut expected, consumers).await?, 0),
-        Load::Paced { rate, rebalance_every_s } => {
-            run.paced(args, &prefix, &mut expected, rate, rebalance_every_s, consumers).await?
-        }
-    };
-    let loaded_s = started.elapsed().as_secs_f64();
-    let target = (warm.len() + messages) as u64;
-    let drained = run.drain(target, started).await?;
-    let db_commit = probe.finish().await;
+    let loaded = async {
+        let (messages, rebalances) = match load {
+            Load::Peak => (run.peak(args, &prefix, &mut expected, consumers).await?, 0),
+            Load::Paced { rate, rebalance_every_s } => {
+                run.paced(args, &prefix, &mut expected, rate, rebalance_every_s, consumers).await?
+            }
+        };
+        let loaded_s = started.elapsed().as_secs_f64();
+        let drained = run.drain((warm.len() + messages) as u64, started).await?;
+        anyhow::Ok((messages, rebalances, loaded_s, drained))
+    }
+    .await;
+    // Stopped and its database dropped whatever happened, that after the server's counters
+    // are read, so that the drop stays out of them.
+    let (db_commit, probe_database) = probe.stop().await;
     if let Some(error) = &db_commit.error {
         println!("{name}: {error}");
     }
-    let mysql_after = progress.mysql_counters().await?;
+    let mysql_after = progress.mysql_counters().await;
+    probe_database.remove().await;
+    let (messages, rebalances, loaded_s, drained) = loaded?;
+    let mysql_after = mysql_after?;
     run.cpu.read(children(run.system));
     let load_avg_end = load_average();
     let Running { produced_at, samples, cpu, .. } = run;
@@ -835,7 +849,7 @@ impl Latencies {
     }
 
     /// The samples, each with the latency percentiles of the messages finished in its second
-    /// and the database's slowest probe commit started in it.
+    /// and the database's slowest probe commit finished in it.
     fn series(&self, samples: &[Sample], db_commit: &CommitLatency) -> Vec<Sample> {
         let db_commit_max = db_commit.max_by_second();
         let mut by_second: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
