@@ -90,6 +90,40 @@ fn trace(trace_id: TraceId) -> Vec<SpanData> {
     spans.into_iter().filter(|span| span.span_context.trace_id() == trace_id).collect()
 }
 
+/// The trace once `drives` drive spans have ended and every call of the one that finished the
+/// saga has its server span.
+///
+/// The row turns DONE when its last write commits, which is before the step, the drive and the
+/// mock's server span end and are exported: reading the trace at once races them. (A call the
+/// test stalls on purpose never reaches the mock, so only the finishing drive's calls count.)
+/// On the deadline the trace is returned as it is, and the assertions name what is missing.
+async fn settled_trace(trace_id: TraceId, drives: usize) -> Vec<SpanData> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let spans = trace(trace_id);
+        let done: Vec<&SpanData> = named(&spans, "saga.drive")
+            .into_iter()
+            .filter(|drive| attribute(drive, "saga.outcome").as_deref() == Some("DONE"))
+            .collect();
+        let served = |drive: &&SpanData| {
+            children(&spans, drive, SpanKind::Client)
+                .iter()
+                .all(|call| !children(&spans, call, SpanKind::Server).is_empty())
+        };
+        let settled = named(&spans, "saga.drive").len() >= drives && done.len() == 1 && done.iter().all(served);
+        if settled || Instant::now() >= deadline {
+            return spans;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// The spans of `kind` whose parent is `parent`.
+fn children<'a>(spans: &'a [SpanData], parent: &SpanData, kind: SpanKind) -> Vec<&'a SpanData> {
+    let id = parent.span_context.span_id();
+    spans.iter().filter(|span| span.span_kind == kind && span.parent_span_id == id).collect()
+}
+
 fn attribute(span: &SpanData, key: &str) -> Option<String> {
     span.attributes.iter().find(|kv| kv.key.as_str() == key).map(|kv| kv.value.to_string())
 }
@@ -110,18 +144,13 @@ fn names(spans: &[SpanData]) -> Vec<String> {
 
 /// Every client call of `drive` has the mock's server span as its child.
 fn assert_calls_served(spans: &[SpanData], drive: &SpanData, methods: &[&str]) {
-    let calls: Vec<&SpanData> = spans
-        .iter()
-        .filter(|span| span.span_kind == SpanKind::Client && span.parent_span_id == drive.span_context.span_id())
-        .collect();
+    let calls = children(spans, drive, SpanKind::Client);
     for method in methods {
         let client = calls
             .iter()
             .find(|span| span.name.ends_with(&format!("/{method}")))
             .unwrap_or_else(|| panic!("no client span for {method} under the drive: {:#?}", names(spans)));
-        let server = spans
-            .iter()
-            .find(|span| span.span_kind == SpanKind::Server && span.parent_span_id == client.span_context.span_id());
+        let server = children(spans, client, SpanKind::Server).into_iter().next();
         let server = server.unwrap_or_else(|| panic!("the mock's span for {method} is not a child of the call"));
         assert_eq!(server.name, client.name, "server and client name the same method");
     }
@@ -158,7 +187,7 @@ async fn one_message_one_trace(db: &TestDb) {
     let (record, first_trace, producer_span) = traced(&first);
     kafka.produce(ORDERS, &[record]).await.expect("produce");
     wait_for_status(&db.store, &first.biz_id(), Status::Done).await;
-    let spans = trace(first_trace);
+    let spans = settled_trace(first_trace, 1).await;
     let receive = one(&spans, &format!("{ORDERS} receive"), |_| true);
     assert_eq!(receive.parent_span_id, producer_span, "the receive span continues the producer's");
     assert_eq!(receive.span_kind, SpanKind::Consumer);
@@ -207,7 +236,7 @@ async fn one_message_one_trace(db: &TestDb) {
     shutdown.cancel();
     consumer.await.expect("consumer task").expect("consumer stops cleanly");
 
-    let spans = trace(second_trace);
+    let spans = settled_trace(second_trace, 2).await;
     let receive = one(&spans, &format!("{ORDERS} receive"), |_| true);
     let by = |actor: &'static str| move |span: &SpanData| attribute(span, "saga.actor").as_deref() == Some(actor);
     let stalled_drive = one(&spans, "saga.drive", by("consumer"));
