@@ -163,7 +163,9 @@ mod tests {
                 })
             })
             .collect();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while group.lock().len() < 5 {
+            assert!(std::time::Instant::now() < deadline, "five calls did not queue in 30 s");
             tokio::task::yield_now().await;
         }
         drop(held);

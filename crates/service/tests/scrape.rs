@@ -239,17 +239,33 @@ async fn run(db: &TestDb, endpoint: std::net::SocketAddr) {
     let answer = mocks.client().call(Call::LockStock, &stray, Duration::from_secs(5)).await;
     assert_eq!(answer.label(), "wms locked");
 
+    // Everything below is counted after the commits waited on above (a drive is booked when it
+    // returns, the consumer's counters when it joins the drive's task): wait for all of it.
     let after = scrape_until(endpoint, "the zombie's lost CAS, a reconciliation with the orphan, zero lag", |s| {
-        let lost = s.sum("midflight_saga_cas_conflicts_total", &[("operation", "write")])
-            - before.sum("midflight_saga_cas_conflicts_total", &[("operation", "write")]);
-        let orphans = s.sum("midflight_reconciler_findings_total", &[("kind", "orphan")])
-            - before.sum("midflight_reconciler_findings_total", &[("kind", "orphan")]);
+        let delta = |name: &str, labels: &[(&str, &str)]| s.sum(name, labels) - before.sum(name, labels);
+        let lost = delta("midflight_saga_cas_conflicts_total", &[("operation", "write")]);
+        let orphans = delta("midflight_reconciler_findings_total", &[("kind", "orphan")]);
         let lag = s.0.get("midflight_consumer_lag").map(|series| series.iter().map(|(_, v)| v).sum::<f64>());
         let published = s.sum("midflight_consumer_published_total", &[]);
-        if lost >= 1.0 && orphans >= 1.0 && lag == Some(0.0) && published as usize > ORDINARY {
+        let done_drives = delta("midflight_saga_drives_total", &[("outcome", "DONE")]);
+        let driving = s.sum("midflight_sagas_in_flight", &[]);
+        let consumer_holds = s.sum("midflight_consumer_in_flight", &[]);
+        let claimed = delta("midflight_recovery_claimed_total", &[]);
+        if lost >= 1.0
+            && orphans >= 1.0
+            && lag == Some(0.0)
+            && published as usize > ORDINARY
+            && done_drives >= (ORDINARY + 1) as f64
+            && driving == 0.0
+            && consumer_holds == 0.0
+            && claimed >= 1.0
+        {
             Ok(())
         } else {
-            Err(format!("lost CAS {lost}, orphans {orphans}, lag {lag:?}, published {published}"))
+            Err(format!(
+                "lost CAS {lost}, orphans {orphans}, lag {lag:?}, published {published}, DONE drives {done_drives}, \
+                 sagas being driven {driving}, consumer's sagas in flight {consumer_holds}, recovery claims {claimed}"
+            ))
         }
     })
     .await;
