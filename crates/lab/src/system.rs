@@ -219,6 +219,8 @@ pub struct System {
 }
 
 impl System {
+    /// Starts the system. If any part fails to start, what did start is stopped and the database
+    /// it created on the MySQL server is dropped before the error is returned.
     pub async fn start(spec: SystemSpec) -> anyhow::Result<System> {
         let dir = spec.run_dir.join(&spec.name);
         std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -226,36 +228,50 @@ impl System {
         std::fs::create_dir_all(&configs)?;
         let (kafka, names) = start_kafka(&spec).await?;
         let (database_url, server_database) = database_url(&spec, &dir).await?;
-        let store = connect(&database_url).await?;
-        store.migrate().await.context("cannot migrate the saga database")?;
-        let (proxy, services_database_url) = proxied(&spec, &database_url).await?;
-        let processes = Supervisor::new(Supervisor::sibling_binaries()?, dir.join("logs"))?;
-        let [wms_port, logistics_port] = free_ports()?;
-        let mut system = System {
-            wms_endpoint: format!("http://127.0.0.1:{wms_port}"),
-            logistics_endpoint: format!("http://127.0.0.1:{logistics_port}"),
-            spec,
-            dir,
-            kafka,
-            names,
-            processes,
-            database_url,
-            store,
-            services_database_url,
-            server_database,
-            proxy,
-            configs,
-        };
-        system.start_mocks(wms_port, logistics_port).await?;
-        for index in 1..=system.spec.consumers {
-            system.start_consumer(index)?;
-        }
-        if !system.spec.legacy && !system.spec.nostate {
-            for index in 1..=system.spec.recovery_workers {
-                system.start_recovery(index)?;
+        let server = spec.mysql_url.clone();
+        // The children started so far are killed when `system` drops on an error, inside this block.
+        let started = async {
+            let store = connect(&database_url).await?;
+            store.migrate().await.context("cannot migrate the saga database")?;
+            let (proxy, services_database_url) = proxied(&spec, &database_url).await?;
+            let processes = Supervisor::new(Supervisor::sibling_binaries()?, dir.join("logs"))?;
+            let [wms_port, logistics_port] = free_ports()?;
+            let mut system = System {
+                wms_endpoint: format!("http://127.0.0.1:{wms_port}"),
+                logistics_endpoint: format!("http://127.0.0.1:{logistics_port}"),
+                spec,
+                dir,
+                kafka,
+                names,
+                processes,
+                database_url,
+                store,
+                services_database_url,
+                server_database: server_database.clone(),
+                proxy,
+                configs,
+            };
+            system.start_mocks(wms_port, logistics_port).await?;
+            for index in 1..=system.spec.consumers {
+                system.start_consumer(index)?;
             }
+            if !system.spec.legacy && !system.spec.nostate {
+                for index in 1..=system.spec.recovery_workers {
+                    system.start_recovery(index)?;
+                }
+            }
+            anyhow::Ok(system)
         }
-        Ok(system)
+        .await;
+        if let (Err(error), Some(name), Some(server)) = (&started, &server_database, &server)
+            && let Err(drop_error) = on_server(server, &[format!("DROP DATABASE IF EXISTS {name}")]).await
+        {
+            tracing::warn!(
+                database = %name, error = %drop_error, start_error = %error,
+                "cannot drop the database of a system that failed to start"
+            );
+        }
+        started
     }
 
     async fn start_mocks(&mut self, wms_port: u16, logistics_port: u16) -> anyhow::Result<()> {
@@ -578,6 +594,24 @@ pub(crate) async fn on_server(server: &str, statements: &[String]) -> anyhow::Re
     Ok(result?)
 }
 
+/// Whether the MySQL server at `server` holds a database named `name` (tests: nothing left behind).
+#[cfg(test)]
+pub(crate) async fn server_has_database(server: &str, name: &str) -> bool {
+    use sea_orm::{ConnectionTrait, Statement};
+    let db = sea_orm::Database::connect(server).await.expect("connect to the server");
+    let row = db
+        .query_one_raw(Statement::from_sql_and_values(
+            db.get_database_backend(),
+            "SELECT COUNT(*) AS n FROM information_schema.schemata WHERE schema_name = ?",
+            [name.into()],
+        ))
+        .await
+        .expect("list the databases")
+        .expect("a count");
+    db.close().await.ok();
+    row.try_get::<i64>("", "n").expect("the count") > 0
+}
+
 /// Starts the proxy when the spec asks for one: services get a URL through it.
 async fn proxied(spec: &SystemSpec, url: &str) -> anyhow::Result<(Option<crate::proxy::Proxy>, String)> {
     if !spec.database_proxy {
@@ -601,7 +635,23 @@ pub async fn connect(url: &str) -> anyhow::Result<Store> {
 
 #[cfg(test)]
 mod tests {
-    use super::{KafkaNames, free_ports};
+    use super::{KafkaNames, System, SystemSpec, free_ports, server_has_database};
+
+    /// A system that fails to start after its database was created leaves no database behind.
+    /// (Here its children cannot start: the services' binaries are not beside a test binary, and
+    /// the session timeout is one no consumer would accept.)
+    #[tokio::test]
+    async fn a_system_that_fails_to_start_drops_its_database() {
+        let Some(server) = midflight_store::testing::mysql_server_url() else { return };
+        let run_dir = std::env::temp_dir().join(format!("midflight-start-{}", uuid::Uuid::new_v4()));
+        let mut spec = SystemSpec::new("failed-start", &run_dir);
+        spec.mysql_url = Some(server.clone());
+        spec.session_timeout_ms = 10;
+        let name = format!("midflight_failed_start_{}", std::process::id());
+        let Err(error) = System::start(spec).await else { panic!("the system started") };
+        assert!(!server_has_database(&server, &name).await, "{name} was left on the server after: {error:#}");
+        std::fs::remove_dir_all(&run_dir).ok();
+    }
 
     #[test]
     fn free_ports_are_distinct() {

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use sea_orm::{ConnectionTrait, Database, Statement};
 use serde::Serialize;
 use tokio::sync::oneshot;
@@ -40,15 +41,15 @@ pub struct CommitLatency {
 }
 
 impl CommitLatency {
-    fn from_timeline(timeline: Vec<(f64, i64)>, error: Option<String>) -> CommitLatency {
+    pub(crate) fn from_timeline(timeline: Vec<(f64, i64)>, error: Option<String>) -> CommitLatency {
         let mut micros: Vec<i64> = timeline.iter().map(|(_, us)| *us).collect();
         micros.sort_unstable();
         let ms = |q: f64| percentile(&micros, q).map(|us| us as f64 / 1000.0);
         CommitLatency { commits: micros.len(), p50_ms: ms(0.50), p99_ms: ms(0.99), max_ms: ms(1.0), error, timeline }
     }
 
-    /// The slowest commit finished in each second since loading started, in ms (the second in
-    /// which the latency series counts the messages it held up).
+    /// The slowest commit finished in each second since loading started, in ms (a commit counts
+    /// when it finished, as a message counts when it finished).
     pub fn max_by_second(&self) -> BTreeMap<i64, f64> {
         let mut out: BTreeMap<i64, f64> = BTreeMap::new();
         for (t_s, us) in &self.timeline {
@@ -80,23 +81,25 @@ pub struct CommitProbe {
 /// so that its setup stays out of them).
 pub async fn prepare(mysql_url: Option<&str>, dir: &Path) -> anyhow::Result<Prepared> {
     let scratch = Scratch::create(mysql_url, dir, "probe").await?;
-    let db = match Database::connect(scratch.options(1)).await {
-        Ok(db) => db,
+    let ready = async {
+        let db = Database::connect(scratch.options(1)).await.context("commit probe: cannot connect")?;
+        let setup = async {
+            db.execute_unprepared("CREATE TABLE commit_probe (id INT NOT NULL PRIMARY KEY, n BIGINT NOT NULL)").await?;
+            db.execute_unprepared("INSERT INTO commit_probe (id, n) VALUES (1, 0)").await
+        };
+        if let Err(error) = setup.await {
+            db.close().await.ok();
+            return Err(anyhow::Error::new(error).context("commit probe: cannot create its table"));
+        }
+        anyhow::Ok(db)
+    };
+    match ready.await {
+        Ok(db) => Ok(Prepared { scratch, db }),
         Err(error) => {
             scratch.remove().await;
-            return Err(anyhow::Error::new(error).context("commit probe: cannot connect"));
+            Err(error)
         }
-    };
-    let setup = async {
-        db.execute_unprepared("CREATE TABLE commit_probe (id INT NOT NULL PRIMARY KEY, n BIGINT NOT NULL)").await?;
-        db.execute_unprepared("INSERT INTO commit_probe (id, n) VALUES (1, 0)").await
-    };
-    if let Err(error) = setup.await {
-        db.close().await.ok();
-        scratch.remove().await;
-        return Err(anyhow::Error::new(error).context("commit probe: cannot create its table"));
     }
-    Ok(Prepared { scratch, db })
 }
 
 impl Prepared {
@@ -192,18 +195,7 @@ mod tests {
         assert!(latency.timeline.windows(2).all(|w| w[0].0 <= w[1].0), "{latency:?}");
         assert!(latency.p50_ms.is_some_and(|p50| p50 > 0.0), "{latency:?}");
         if let (Some(server), Some(name)) = (mysql_url, database) {
-            let db = Database::connect(server).await.expect("connect to the server");
-            let left = db
-                .query_one_raw(Statement::from_sql_and_values(
-                    db.get_database_backend(),
-                    "SELECT COUNT(*) AS n FROM information_schema.schemata WHERE schema_name = ?",
-                    [name.clone().into()],
-                ))
-                .await
-                .expect("list the databases")
-                .expect("a count");
-            assert_eq!(left.try_get::<i64>("", "n").expect("the count"), 0, "{name} was left on the server");
-            db.close().await.ok();
+            assert!(!crate::system::server_has_database(server, &name).await, "{name} was left on the server");
         }
         std::fs::remove_dir_all(&dir).ok();
     }
