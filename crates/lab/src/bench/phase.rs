@@ -848,28 +848,42 @@ impl Latencies {
         sorted(self.added.clone())
     }
 
-    /// The samples, each with the latency percentiles of the messages finished in its second
-    /// and the database's slowest probe commit finished in it.
+    /// The samples, each with the latency percentiles of the messages finished since the sample
+    /// before (in the second before the first) and the database's slowest probe commit finished
+    /// then. The drain's first sample can come moments after loading's last, so a second of
+    /// wall time is not a sample's key: each message and commit counts in one sample only.
     fn series(&self, samples: &[Sample], db_commit: &CommitLatency) -> Vec<Sample> {
-        let db_commit_max = db_commit.max_by_second();
-        let mut by_second: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
-        for (t_s, e2e) in &self.e2e {
-            by_second.entry(t_s.floor() as i64).or_default().push(*e2e);
-        }
+        let mut e2e = self.e2e.clone();
+        e2e.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (mut messages, mut commits) = (e2e.as_slice(), db_commit.timeline.as_slice());
+        let mut from = samples.first().map_or(0.0, |first| first.t_s - SAMPLE_EVERY.as_secs_f64());
         samples
             .iter()
             .map(|sample| {
                 let mut sample = sample.clone();
-                sample.db_commit_max_ms = db_commit_max.get(&(sample.t_s.floor() as i64 - 1)).copied();
-                if let Some(values) = by_second.get_mut(&(sample.t_s.floor() as i64 - 1)) {
-                    values.sort_unstable();
-                    sample.p50_ms = percentile(values, 0.50);
-                    sample.p99_ms = percentile(values, 0.99);
-                }
+                let in_interval = |t_s: f64| t_s > from && t_s <= sample.t_s;
+                let before = |t_s: f64| t_s <= sample.t_s;
+                let (past, held) = split_while(messages, |(t_s, _)| before(*t_s));
+                let mut values: Vec<i64> = past.iter().filter(|(t_s, _)| in_interval(*t_s)).map(|(_, v)| *v).collect();
+                values.sort_unstable();
+                sample.p50_ms = percentile(&values, 0.50);
+                sample.p99_ms = percentile(&values, 0.99);
+                let (past_commits, held_commits) = split_while(commits, |(t_s, _)| before(*t_s));
+                sample.db_commit_max_ms = past_commits
+                    .iter()
+                    .filter(|(t_s, _)| in_interval(*t_s))
+                    .map(|(_, us)| *us as f64 / 1_000.0)
+                    .reduce(f64::max);
+                (messages, commits, from) = (held, held_commits, sample.t_s);
                 sample
             })
             .collect()
     }
+}
+
+/// `items` (in order) split after the leading run that satisfies `keep`.
+fn split_while<T>(items: &[T], keep: impl Fn(&T) -> bool) -> (&[T], &[T]) {
+    items.split_at(items.iter().position(|item| !keep(item)).unwrap_or(items.len()))
 }
 
 fn sorted(mut values: Vec<i64>) -> Vec<i64> {
@@ -946,6 +960,30 @@ mod tests {
         let done: Vec<(&str, i64)> = firsts.iter().map(|t| (t.biz_id.as_str(), t.done_at_ms)).collect();
         assert_eq!(done, [("a:PAID", 1_000), ("b:PAID", 2_000)]);
         assert_eq!(first_completions(Vec::new()).1, 0);
+    }
+
+    /// A sample covers the time since the one before: the drain's first sample, moments after
+    /// loading's last, repeats no message or commit of the second before it.
+    #[test]
+    fn each_message_and_commit_counts_in_one_sample() {
+        let sample = |t_s: f64| Sample {
+            t_s,
+            done: 0,
+            done_per_s: 0.0,
+            p50_ms: None,
+            p99_ms: None,
+            in_flight: 0,
+            db_commit_max_ms: None,
+        };
+        let e2e = vec![(1.5, 40), (0.2, 10), (2.01, 90), (1.9, 30), (2.03, 70)];
+        let latencies = Latencies { e2e, ..Latencies::default() };
+        let commits = CommitLatency::from_timeline(vec![(0.5, 2_000), (1.2, 9_000), (2.02, 4_000)], None);
+        let series = latencies.series(&[sample(1.0), sample(2.0), sample(2.05), sample(3.0)], &commits);
+        let p99: Vec<Option<i64>> = series.iter().map(|s| s.p99_ms).collect();
+        assert_eq!(p99, [Some(10), Some(40), Some(90), None]);
+        assert_eq!(series[2].p50_ms, Some(70));
+        let slowest: Vec<Option<f64>> = series.iter().map(|s| s.db_commit_max_ms).collect();
+        assert_eq!(slowest, [Some(2.0), Some(9.0), Some(4.0), None]);
     }
 
     #[test]
