@@ -462,7 +462,7 @@ fn db_commit_markdown(report: &BenchReport) -> String {
          same MariaDB server, or a SQLite file in the system's directory) from loading's start until \
          drained, and times each commit. When the server's commits slow down (its log's flushes wait on \
          the disk), the system's and the probe's slow down together. The slowest second counts from \
-         loading's start (the series' `db_commit_max_ms`). The probe's updates are taken out of the \
+         loading's start; the series' `db_commit_max_ms` is the slowest commit since the sample before. The probe's updates are taken out of the \
          MariaDB write statements above; its commits (10 a second) stay in the server's log writes, and its \
          work in the database server's CPU.",
         super::commit_probe::EVERY.as_millis()
