@@ -35,6 +35,11 @@ pub struct ChaosArgs {
     /// librdkafka's mock, `rd_kafka_mock_cgrp_classic_member_add`) after some hundreds of faults.
     #[arg(long, value_enum, default_value_t = GroupProtocol::Classic)]
     pub group_protocol: GroupProtocol,
+    /// An external Kafka's `bootstrap.servers` instead of the embedded cluster (topics and a
+    /// group of this run's own there). The campaign then draws no broker faults (a broker down,
+    /// a leader moved): the lab can do those only to the embedded cluster.
+    #[arg(long)]
+    pub kafka: Option<String>,
     #[arg(long, default_value = "run")]
     pub run_dir: PathBuf,
     #[arg(long)]
@@ -44,10 +49,11 @@ pub struct ChaosArgs {
 pub async fn run(args: ChaosArgs) -> anyhow::Result<bool> {
     let seed = args.seed.unwrap_or_else(|| rand::rng().random());
     println!(
-        "chaos: seed {seed} (replay with --seed {seed}), {} messages, {} faults, group protocol {}",
+        "chaos: seed {seed} (replay with --seed {seed}), {} messages, {} faults, group protocol {}, Kafka {}",
         args.messages,
         args.faults,
-        args.group_protocol.as_str()
+        args.group_protocol.as_str(),
+        args.kafka.as_deref().map_or("embedded".to_owned(), |bootstrap| format!("at {bootstrap} (no broker faults)"))
     );
     let run_dir = args.run_dir.join(format!("chaos-{seed}-{}", crate::timestamp()));
     let mut spec = SystemSpec::new("chaos", &run_dir);
@@ -56,6 +62,7 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<bool> {
     spec.mysql_url = args.mysql_url.clone();
     spec.lease_ms = 3_000;
     spec.group_protocol = args.group_protocol;
+    spec.kafka_bootstrap = args.kafka.clone();
     spec.wms_faults = latency("LockStock", 60, 180, seed);
     spec.logistics_faults = latency("CreateShipment", 110, 320, seed + 1);
     let schedule = schedule(seed, &args);
@@ -110,12 +117,18 @@ fn step(when: Trigger, action: Action) -> Scheduled {
     Scheduled { when, action }
 }
 
+/// The kinds of fault `fault` draws from: all nine on the embedded cluster; on an external
+/// Kafka all but the broker faults (kinds 6 and 7).
+const EVERY_KIND: [u8; 9] = [0, 1, 2, 3, 4, 5, 6, 7, 8];
+const WITHOUT_BROKER_FAULTS: [u8; 7] = [0, 1, 2, 3, 4, 5, 8];
+
 /// One fault event and, where it has one, its repair.
 fn fault(rng: &mut StdRng, args: &ChaosArgs, gap_ms: u64) -> Vec<Scheduled> {
     let consumer = format!("consumer-{}", rng.random_range(1..=args.consumers));
     let recovery = format!("recovery-{}", rng.random_range(1..=args.recovery_workers.max(1)));
     let at = Trigger::AfterMs(gap_ms);
-    match rng.random_range(0..9) {
+    let kinds: &[u8] = if args.kafka.is_some() { &WITHOUT_BROKER_FAULTS } else { &EVERY_KIND };
+    match kinds[rng.random_range(0..kinds.len())] {
         0 => vec![
             step(at, Action::Kill { target: consumer.clone() }),
             step(Trigger::AfterMs(rng.random_range(300..2_000)), Action::Start { target: consumer }),
@@ -183,8 +196,10 @@ fn repair_everything(seed: u64, args: &ChaosArgs) -> Vec<Scheduled> {
         step(Trigger::AfterMs(500), Action::WmsFaults { plan: latency("LockStock", 60, 180, seed) }),
         step(Trigger::AfterMs(0), Action::LogisticsFaults { plan: latency("CreateShipment", 110, 320, seed + 1) }),
     ];
-    for broker in 1..=3 {
-        steps.push(step(Trigger::AfterMs(0), Action::BrokerUp { broker }));
+    if args.kafka.is_none() {
+        for broker in 1..=3 {
+            steps.push(step(Trigger::AfterMs(0), Action::BrokerUp { broker }));
+        }
     }
     for index in 1..=args.consumers {
         steps.push(step(Trigger::AfterMs(0), Action::Resume { target: format!("consumer-{index}") }));
@@ -194,4 +209,49 @@ fn repair_everything(seed: u64, args: &ChaosArgs) -> Vec<Scheduled> {
         steps.push(step(Trigger::AfterMs(0), Action::Start { target: format!("recovery-{index}") }));
     }
     steps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(kafka: Option<&str>) -> ChaosArgs {
+        ChaosArgs {
+            seed: None,
+            messages: 2_000,
+            faults: 300,
+            consumers: 4,
+            recovery_workers: 2,
+            mysql_url: None,
+            group_protocol: GroupProtocol::Classic,
+            kafka: kafka.map(str::to_owned),
+            run_dir: PathBuf::from("run"),
+            report_json: None,
+        }
+    }
+
+    fn acts_on_brokers(steps: &[Scheduled]) -> bool {
+        steps.iter().any(|s| {
+            matches!(s.action, Action::BrokerDown { .. } | Action::BrokerUp { .. } | Action::LeaderChange { .. })
+        })
+    }
+
+    fn produced(steps: &[Scheduled]) -> usize {
+        steps.iter().map(|s| if let Action::Produce { orders, .. } = s.action { orders } else { 0 }).sum()
+    }
+
+    #[test]
+    fn on_an_external_kafka_the_campaign_leaves_the_brokers_alone() {
+        let embedded = schedule(20261130, &args(None));
+        assert!(acts_on_brokers(&embedded), "300 faults on the embedded cluster draw some broker faults");
+        let external = schedule(20261130, &args(Some("127.0.0.1:19092")));
+        assert!(!acts_on_brokers(&external), "no broker fault on an external Kafka");
+        let kinds = |steps: &[Scheduled]| {
+            steps.iter().filter(|s| matches!(s.action, Action::Kill { .. } | Action::Pause { .. })).count()
+        };
+        assert!(kinds(&external) > 0);
+        // Both campaigns produce every message after the first wave.
+        assert_eq!(produced(&embedded), 2_000 - 200);
+        assert_eq!(produced(&external), 2_000 - 200);
+    }
 }
