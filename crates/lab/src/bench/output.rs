@@ -630,17 +630,17 @@ fn series_csv(report: &BenchReport) -> String {
 /// Colours of the lines, one per phase, in order.
 const PALETTE: [&str; 8] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
 
-/// The chart's panels: title, unit, and each second's value.
+/// The chart's panels: title, unit, and each sample's value (samples are about a second apart).
 type Panel = (&'static str, &'static str, fn(&Sample) -> Option<f64>);
 
 const PANELS: [Panel; 3] = [
     ("completions per second", "msg/s", |s| Some(s.done_per_s)),
     ("p99 end-to-end latency (paced phases)", "ms", |s| s.p99_ms.map(|v| v as f64)),
-    ("the database's slowest probe commit in each second", "ms", |s| s.db_commit_max_ms),
+    ("the database's slowest probe commit since the sample before", "ms", |s| s.db_commit_max_ms),
 ];
 
-/// Three panels against time: completions per second, p99 end-to-end latency per second, and
-/// the database's own slowest commit per second (`commit_probe`).
+/// Three panels against time: completions per second, p99 end-to-end latency and the
+/// database's own slowest commit (`commit_probe`), each since the sample before.
 fn svg(report: &BenchReport) -> String {
     let (width, panel, margin, legend_row) = (960.0, 260.0, 60.0, 16.0);
     let all: Vec<&PhaseResult> = phases(report).collect();

@@ -65,19 +65,21 @@ impl Load {
     }
 }
 
-/// One second of a phase, for the chart.
+/// One point of a phase's series (about a second apart), for the chart.
 #[derive(Debug, Clone, Serialize)]
 pub struct Sample {
     /// Seconds since loading started.
     pub t_s: f64,
     pub done: u64,
     pub done_per_s: f64,
-    /// End-to-end latency of the messages finished in this second (paced phases).
+    /// End-to-end latency of the messages finished since the sample before (paced phases);
+    /// none at a sample that came less than half a second after the one before, whose
+    /// messages count in the next (`Latencies::series`).
     pub p50_ms: Option<i64>,
     pub p99_ms: Option<i64>,
     /// Sagas in flight, summed over processes (midflight: from the table).
     pub in_flight: u64,
-    /// The database's slowest probe commit finished in the second before this sample.
+    /// The database's slowest probe commit finished since the sample before (as the latencies).
     pub db_commit_max_ms: Option<f64>,
 }
 
@@ -162,10 +164,30 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
     let consumers = spec.consumers;
     println!("{name}: starting");
     let mut system = System::start(spec).await?;
-    let progress = Progress::connect(&system, kind).await?;
+    let result = measure(args, kind, load, consumers, &name, &mut system).await;
+    // Whether the phase was measured or failed part way: the children stopped, and the database
+    // dropped (a phase leaves tens of thousands of rows; what was measured is in the report).
+    system.shutdown();
+    system.store.clone().close().await.ok();
+    if let Err(error) = system.drop_server_database().await {
+        println!("{name}: {error:#}");
+    }
+    result
+}
+
+/// The phase on a started system: warm-up, load, drain, and what was measured.
+async fn measure(
+    args: &BenchArgs,
+    kind: SystemKind,
+    load: Load,
+    consumers: usize,
+    name: &str,
+    system: &mut System,
+) -> anyhow::Result<PhaseResult> {
+    let progress = Progress::connect(system, kind).await?;
     let prefix = format!("B{}", crate::timestamp() % 100_000);
     let mut expected = Expected::default();
-    let warm = produce(&system, &format!("{prefix}W"), 0, WARMUP_MESSAGES, &mut expected).await?;
+    let warm = produce(system, &format!("{prefix}W"), 0, WARMUP_MESSAGES, &mut expected).await?;
     wait_until(&progress, warm.len() as u64, WARMUP_DEADLINE).await.context("the warm-up did not finish")?;
     let load_avg_start = load_average();
     // The database's own commit latency beside the system's, on the same server (or disk).
@@ -178,15 +200,8 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
         }
     };
     let mut cpu = CpuMeter::new(system.spec.mysql_url.as_deref(), system.spec.kafka_bootstrap.as_deref());
-    cpu.read(children(&mut system));
-    let mut run = Running {
-        system: &mut system,
-        progress: &progress,
-        kind,
-        produced_at: HashMap::new(),
-        samples: Vec::new(),
-        cpu,
-    };
+    cpu.read(children(system));
+    let mut run = Running { system, progress: &progress, kind, produced_at: HashMap::new(), samples: Vec::new(), cpu };
     let started = Instant::now();
     let probe = probe.start(started);
     let loading_from_ms = crate::timings::now_ms();
@@ -215,20 +230,14 @@ pub async fn run(args: &BenchArgs, run_dir: &Path, kind: SystemKind, load: Load)
     run.cpu.read(children(run.system));
     let load_avg_end = load_average();
     let Running { produced_at, samples, cpu, .. } = run;
-    let rss_mib = rss_hwm_mib(&mut system);
+    let rss_mib = rss_hwm_mib(system);
     let stopping_at_ms = crate::timings::now_ms();
-    stop_consumers(&mut system);
+    stop_consumers(system);
     let logs = consumer_logs(&system.dir.join("logs"))?;
     let handover_max_ms = crate::membership::longest_handover_ms(&logs, loading_from_ms, stopping_at_ms);
     let stopped = stopped_counters(&logs);
     println!("{name}: collecting");
-    let outcome = collect(&system, kind, &expected).await?;
-    system.shutdown();
-    // A phase leaves tens of thousands of rows; what was measured is in the report.
-    system.store.clone().close().await.ok();
-    if let Err(error) = system.drop_server_database().await {
-        println!("{name}: {error:#}");
-    }
+    let outcome = collect(system, kind, &expected).await?;
 
     let msgs_per_s = rate_after(&samples, args.warmup_seconds as f64, loaded_s);
     let mut latencies = Latencies::default();
@@ -851,7 +860,9 @@ impl Latencies {
     /// The samples, each with the latency percentiles of the messages finished since the sample
     /// before (in the second before the first) and the database's slowest probe commit finished
     /// then. The drain's first sample can come moments after loading's last, so a second of
-    /// wall time is not a sample's key: each message and commit counts in one sample only.
+    /// wall time is not a sample's key: each message and commit counts in one sample only. A
+    /// sample less than half a second after the one before gets no percentiles (a handful of
+    /// messages would make a point of their own); what finished by then counts in the next.
     fn series(&self, samples: &[Sample], db_commit: &CommitLatency) -> Vec<Sample> {
         let mut e2e = self.e2e.clone();
         e2e.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -861,6 +872,9 @@ impl Latencies {
             .iter()
             .map(|sample| {
                 let mut sample = sample.clone();
+                if sample.t_s - from < SAMPLE_EVERY.as_secs_f64() / 2.0 {
+                    return sample;
+                }
                 let in_interval = |t_s: f64| t_s > from && t_s <= sample.t_s;
                 let before = |t_s: f64| t_s <= sample.t_s;
                 let (past, held) = split_while(messages, |(t_s, _)| before(*t_s));
@@ -963,7 +977,8 @@ mod tests {
     }
 
     /// A sample covers the time since the one before: the drain's first sample, moments after
-    /// loading's last, repeats no message or commit of the second before it.
+    /// loading's last, repeats no message or commit of the second before it, and what finished
+    /// by then counts in the sample after it.
     #[test]
     fn each_message_and_commit_counts_in_one_sample() {
         let sample = |t_s: f64| Sample {
@@ -975,15 +990,19 @@ mod tests {
             in_flight: 0,
             db_commit_max_ms: None,
         };
-        let e2e = vec![(1.5, 40), (0.2, 10), (2.01, 90), (1.9, 30), (2.03, 70)];
+        // Before the first sample's second (dropped), at a sample's time (counts in it), after
+        // the last sample (no sample covers it).
+        let e2e = vec![(1.5, 40), (0.2, 10), (2.01, 90), (1.9, 30), (2.03, 70), (-0.5, 500), (2.0, 35), (4.2, 800)];
         let latencies = Latencies { e2e, ..Latencies::default() };
-        let commits = CommitLatency::from_timeline(vec![(0.5, 2_000), (1.2, 9_000), (2.02, 4_000)], None);
-        let series = latencies.series(&[sample(1.0), sample(2.0), sample(2.05), sample(3.0)], &commits);
+        let timeline = vec![(0.5, 2_000), (1.2, 9_000), (2.02, 4_000), (2.9, 1_000), (3.5, 50_000)];
+        let commits = CommitLatency::from_timeline(timeline, None);
+        let series = latencies.series(&[sample(1.0), sample(2.0), sample(2.05), sample(3.0), sample(4.0)], &commits);
         let p99: Vec<Option<i64>> = series.iter().map(|s| s.p99_ms).collect();
-        assert_eq!(p99, [Some(10), Some(40), Some(90), None]);
-        assert_eq!(series[2].p50_ms, Some(70));
+        assert_eq!(p99, [Some(10), Some(40), None, Some(90), None]);
+        assert_eq!(series[1].p50_ms, Some(35), "1.5, 1.9 and 2.0 count at 2.0: {series:?}");
+        assert_eq!(series[3].p50_ms, Some(70), "2.01 and 2.03 count at 3.0: {series:?}");
         let slowest: Vec<Option<f64>> = series.iter().map(|s| s.db_commit_max_ms).collect();
-        assert_eq!(slowest, [Some(2.0), Some(9.0), Some(4.0), None]);
+        assert_eq!(slowest, [Some(2.0), Some(9.0), None, Some(4.0), Some(50.0)]);
     }
 
     #[test]
