@@ -220,7 +220,8 @@ pub struct System {
 
 impl System {
     /// Starts the system. If any part fails to start, what did start is stopped and the database
-    /// it created on the MySQL server is dropped before the error is returned.
+    /// it created on the MySQL server is dropped before the error is returned (topics it created
+    /// on an external Kafka stay, as after every run: their names are the run's own).
     pub async fn start(spec: SystemSpec) -> anyhow::Result<System> {
         let dir = spec.run_dir.join(&spec.name);
         std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -263,15 +264,17 @@ impl System {
             anyhow::Ok(system)
         }
         .await;
-        if let (Err(error), Some(name), Some(server)) = (&started, &server_database, &server)
-            && let Err(drop_error) = on_server(server, &[format!("DROP DATABASE IF EXISTS {name}")]).await
-        {
-            tracing::warn!(
-                database = %name, error = %drop_error, start_error = %error,
-                "cannot drop the database of a system that failed to start"
-            );
+        match (started, &server_database, &server) {
+            (Err(error), Some(name), Some(server)) => {
+                match on_server(server, &[format!("DROP DATABASE IF EXISTS {name}")]).await {
+                    Ok(()) => Err(error),
+                    Err(drop_error) => Err(error.context(format!(
+                        "and the database {name} it created on the server is left there: {drop_error:#}"
+                    ))),
+                }
+            }
+            (started, _, _) => started,
         }
-        started
     }
 
     async fn start_mocks(&mut self, wms_port: u16, logistics_port: u16) -> anyhow::Result<()> {
@@ -574,9 +577,14 @@ async fn database_url(spec: &SystemSpec, dir: &Path) -> anyhow::Result<(String, 
     let Some(server) = spec.mysql_url.as_ref().filter(|url| !url.is_empty()) else {
         return Ok((format!("sqlite://{}?mode=rwc", dir.join("saga.db").display()), None));
     };
-    let name = format!("midflight_{}_{}", spec.name.replace('-', "_"), std::process::id());
+    let name = server_database_name(&spec.name);
     on_server(server, &[format!("DROP DATABASE IF EXISTS {name}"), format!("CREATE DATABASE {name}")]).await?;
     Ok((midflight_config::with_database_name(server, &name), Some(name)))
+}
+
+/// The database a system named `system` creates on the MySQL server: this lab process's own.
+fn server_database_name(system: &str) -> String {
+    format!("midflight_{}_{}", system.replace('-', "_"), std::process::id())
 }
 
 /// Runs `statements` in order on a connection of their own to the MySQL server at `server`.
@@ -635,7 +643,7 @@ pub async fn connect(url: &str) -> anyhow::Result<Store> {
 
 #[cfg(test)]
 mod tests {
-    use super::{KafkaNames, System, SystemSpec, free_ports, server_has_database};
+    use super::{KafkaNames, System, SystemSpec, free_ports, server_database_name, server_has_database};
 
     /// A system that fails to start after its database was created leaves no database behind.
     /// (Here its children cannot start: the services' binaries are not beside a test binary, and
@@ -647,9 +655,15 @@ mod tests {
         let mut spec = SystemSpec::new("failed-start", &run_dir);
         spec.mysql_url = Some(server.clone());
         spec.session_timeout_ms = 10;
-        let name = format!("midflight_failed_start_{}", std::process::id());
+        let name = server_database_name("failed-start");
         let Err(error) = System::start(spec).await else { panic!("the system started") };
-        assert!(!server_has_database(&server, &name).await, "{name} was left on the server after: {error:#}");
+        // It failed after creating the database: at its children, not before.
+        let error = format!("{error:#}");
+        assert!(
+            error.contains("is not built") || error.contains("session_timeout_ms must be at least 1000"),
+            "{error}"
+        );
+        assert!(!server_has_database(&server, &name).await, "{name} was left on the server after: {error}");
         std::fs::remove_dir_all(&run_dir).ok();
     }
 
