@@ -107,7 +107,7 @@ impl Action {
         }
     }
 
-    fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Action::Kill { target } => format!("kill -9 {target}"),
             Action::Pause { target } => format!("SIGSTOP {target}"),
