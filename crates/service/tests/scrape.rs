@@ -241,7 +241,7 @@ async fn run(db: &TestDb, endpoint: std::net::SocketAddr) {
 
     // Everything below is counted after the commits waited on above (a drive is booked when it
     // returns, the consumer's counters when it joins the drive's task): wait for all of it.
-    let after = scrape_until(endpoint, "the zombie's lost CAS, a reconciliation with the orphan, zero lag", |s| {
+    let after = scrape_until(endpoint, "the zombie's lost CAS, the orphan found, zero lag, every drive booked", |s| {
         let delta = |name: &str, labels: &[(&str, &str)]| s.sum(name, labels) - before.sum(name, labels);
         let lost = delta("midflight_saga_cas_conflicts_total", &[("operation", "write")]);
         let orphans = delta("midflight_reconciler_findings_total", &[("kind", "orphan")]);
