@@ -488,7 +488,12 @@ impl Running<'_> {
     async fn drain(&mut self, target: u64, started: Instant) -> anyhow::Result<bool> {
         let deadline = Instant::now() + DRAIN_DEADLINE;
         loop {
-            let done = self.sample(started).await?;
+            // Loading sampled moments ago: a point now would hold a rate over a few ms.
+            let just_sampled = self
+                .samples
+                .last()
+                .is_some_and(|last| started.elapsed().as_secs_f64() - last.t_s < SAMPLE_EVERY.as_secs_f64() / 2.0);
+            let done = if just_sampled { self.progress.done().await? } else { self.sample(started).await? };
             if done >= target {
                 return Ok(true);
             }
