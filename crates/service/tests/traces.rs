@@ -20,7 +20,7 @@ use midflight_recovery::{RecoverySection, Worker};
 use midflight_service::trace::{TRACEPARENT, root_traceparent};
 use midflight_stack::kafka::{EmbeddedKafka, Record};
 use midflight_stack::{MockDownstreams, MockOptions};
-use midflight_store::testing::{TestDb, order_event as event};
+use midflight_store::testing::{TestDb, order_event as event, until};
 use midflight_store::{Store, both_engines};
 use opentelemetry::trace::{SpanId, SpanKind, TraceId};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData};
@@ -96,13 +96,13 @@ fn trace(trace_id: TraceId) -> Vec<SpanData> {
 /// The row turns DONE when its last write commits, which is before the step, the drive and the
 /// mock's server span end and are exported: reading the trace at once races them. (A call the
 /// test stalls on purpose never reaches the mock, so only the finishing drive's calls count.)
-/// On the deadline the trace is returned as it is, and the assertions name what is missing.
 async fn settled_trace(trace_id: TraceId, drives: usize) -> Vec<SpanData> {
-    let deadline = Instant::now() + WAIT;
-    loop {
+    let settled = || async {
         let spans = trace(trace_id);
-        let done: Vec<&SpanData> = named(&spans, "saga.drive")
-            .into_iter()
+        let drive_spans = named(&spans, "saga.drive");
+        let done: Vec<&SpanData> = drive_spans
+            .iter()
+            .copied()
             .filter(|drive| attribute(drive, "saga.outcome").as_deref() == Some("DONE"))
             .collect();
         let served = |drive: &&SpanData| {
@@ -110,12 +110,11 @@ async fn settled_trace(trace_id: TraceId, drives: usize) -> Vec<SpanData> {
                 .iter()
                 .all(|call| !children(&spans, call, SpanKind::Server).is_empty())
         };
-        let settled = named(&spans, "saga.drive").len() >= drives && done.len() == 1 && done.iter().all(served);
-        if settled || Instant::now() >= deadline {
-            return spans;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+        drive_spans.len() >= drives && done.len() == 1 && done.iter().all(served)
+    };
+    let what = format!("trace {trace_id} to end {drives} drive(s), one DONE with every call served");
+    until(&what, settled).await;
+    trace(trace_id)
 }
 
 /// The spans of `kind` whose parent is `parent`.
