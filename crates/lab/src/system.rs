@@ -265,14 +265,10 @@ impl System {
         }
         .await;
         match (started, &server_database, &server) {
-            (Err(error), Some(name), Some(server)) => {
-                match on_server(server, &[format!("DROP DATABASE IF EXISTS {name}")]).await {
-                    Ok(()) => Err(error),
-                    Err(drop_error) => Err(error.context(format!(
-                        "and the database {name} it created on the server is left there: {drop_error:#}"
-                    ))),
-                }
-            }
+            (Err(error), Some(name), Some(server)) => match drop_database(server, name).await {
+                Ok(()) => Err(error),
+                Err(drop_error) => Err(error.context(format!("and {drop_error:#}: it is left on the server"))),
+            },
             (started, _, _) => started,
         }
     }
@@ -536,9 +532,7 @@ impl System {
         let (Some(name), Some(server)) = (self.server_database.take(), self.spec.mysql_url.as_ref()) else {
             return Ok(());
         };
-        on_server(server, &[format!("DROP DATABASE IF EXISTS {name}")])
-            .await
-            .with_context(|| format!("cannot drop the database {name}"))
+        drop_database(server, &name).await
     }
 }
 
@@ -585,6 +579,13 @@ async fn database_url(spec: &SystemSpec, dir: &Path) -> anyhow::Result<(String, 
 /// The database a system named `system` creates on the MySQL server: this lab process's own.
 fn server_database_name(system: &str) -> String {
     format!("midflight_{}_{}", system.replace('-', "_"), std::process::id())
+}
+
+/// Drops the database `name` on the MySQL server at `server`.
+pub(crate) async fn drop_database(server: &str, name: &str) -> anyhow::Result<()> {
+    on_server(server, &[format!("DROP DATABASE IF EXISTS {name}")])
+        .await
+        .with_context(|| format!("cannot drop the database {name}"))
 }
 
 /// Runs `statements` in order on a connection of their own to the MySQL server at `server`.

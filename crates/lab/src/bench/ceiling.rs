@@ -107,7 +107,7 @@ impl Scratch {
     /// Drops the database created on the server (a SQLite file stays in the run's directory).
     pub async fn remove(self) {
         if let Some((server, name)) = self.created {
-            crate::system::on_server(&server, &[format!("DROP DATABASE IF EXISTS {name}")]).await.ok();
+            crate::system::drop_database(&server, &name).await.ok();
         }
     }
 }
