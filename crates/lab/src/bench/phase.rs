@@ -489,10 +489,8 @@ impl Running<'_> {
         let deadline = Instant::now() + DRAIN_DEADLINE;
         loop {
             // Loading sampled moments ago: a point now would hold a rate over a few ms.
-            let just_sampled = self
-                .samples
-                .last()
-                .is_some_and(|last| started.elapsed().as_secs_f64() - last.t_s < SAMPLE_EVERY.as_secs_f64() / 2.0);
+            let just_sampled =
+                self.samples.last().is_some_and(|last| too_soon_after(last.t_s, started.elapsed().as_secs_f64()));
             let done = if just_sampled { self.progress.done().await? } else { self.sample(started).await? };
             if done >= target {
                 return Ok(true);
@@ -871,38 +869,42 @@ impl Latencies {
     fn series(&self, samples: &[Sample], db_commit: &CommitLatency) -> Vec<Sample> {
         let mut e2e = self.e2e.clone();
         e2e.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let (mut messages, mut commits) = (e2e.as_slice(), db_commit.timeline.as_slice());
         let mut from = samples.first().map_or(0.0, |first| first.t_s - SAMPLE_EVERY.as_secs_f64());
+        let (mut messages, mut commits) = (e2e.as_slice(), db_commit.timeline.as_slice());
+        // Before the first sample's second: in no sample.
+        take_until(&mut messages, from);
+        take_until(&mut commits, from);
         samples
             .iter()
             .map(|sample| {
                 let mut sample = sample.clone();
-                if sample.t_s - from < SAMPLE_EVERY.as_secs_f64() / 2.0 {
+                if too_soon_after(from, sample.t_s) {
                     return sample;
                 }
-                let in_interval = |t_s: f64| t_s > from && t_s <= sample.t_s;
-                let before = |t_s: f64| t_s <= sample.t_s;
-                let (past, held) = split_while(messages, |(t_s, _)| before(*t_s));
-                let mut values: Vec<i64> = past.iter().filter(|(t_s, _)| in_interval(*t_s)).map(|(_, v)| *v).collect();
+                let mut values: Vec<i64> = take_until(&mut messages, sample.t_s).iter().map(|(_, v)| *v).collect();
                 values.sort_unstable();
                 sample.p50_ms = percentile(&values, 0.50);
                 sample.p99_ms = percentile(&values, 0.99);
-                let (past_commits, held_commits) = split_while(commits, |(t_s, _)| before(*t_s));
-                sample.db_commit_max_ms = past_commits
-                    .iter()
-                    .filter(|(t_s, _)| in_interval(*t_s))
-                    .map(|(_, us)| *us as f64 / 1_000.0)
-                    .reduce(f64::max);
-                (messages, commits, from) = (held, held_commits, sample.t_s);
+                sample.db_commit_max_ms =
+                    take_until(&mut commits, sample.t_s).iter().map(|(_, us)| *us as f64 / 1_000.0).reduce(f64::max);
+                from = sample.t_s;
                 sample
             })
             .collect()
     }
 }
 
-/// `items` (in order) split after the leading run that satisfies `keep`.
-fn split_while<T>(items: &[T], keep: impl Fn(&T) -> bool) -> (&[T], &[T]) {
-    items.split_at(items.iter().position(|item| !keep(item)).unwrap_or(items.len()))
+/// What finished up to `t_s`, split off the front of `items` (in time order).
+fn take_until<'a>(items: &mut &'a [(f64, i64)], t_s: f64) -> &'a [(f64, i64)] {
+    let (past, rest) = items.split_at(items.iter().position(|(at, _)| *at > t_s).unwrap_or(items.len()));
+    *items = rest;
+    past
+}
+
+/// Whether a sample at `t_s` would come too soon after one at `previous_s` to be a point of
+/// its own (less than half of `SAMPLE_EVERY`).
+fn too_soon_after(previous_s: f64, t_s: f64) -> bool {
+    t_s - previous_s < SAMPLE_EVERY.as_secs_f64() / 2.0
 }
 
 fn sorted(mut values: Vec<i64>) -> Vec<i64> {
