@@ -1,5 +1,5 @@
 //! The invariant checker: what the tests, the demo, the scenarios and the chaos campaign all use
-//! to decide whether a run kept the product's promise (DESIGN.md I1-I6).
+//! to decide whether a run kept the product's promise (ARCHITECTURE.md, I1-I6).
 //!
 //! It works on a [`Snapshot`] (everything durable a run left behind: saga rows, the transition
 //! log, business rows, outbox rows, tickets, both downstream ledgers, and the notification and

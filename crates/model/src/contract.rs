@@ -26,7 +26,7 @@ pub struct Contract {
 }
 
 impl Contract {
-    /// The careful downstream DESIGN.md asks for (and the mocks implement).
+    /// The careful downstream docs/design.md asks for (and the mocks implement).
     pub const CAREFUL: Contract = Contract {
         queryable: true,
         idempotent_for_ms: Some(i64::MAX),

@@ -1,7 +1,7 @@
 //! The planner: `(row, observation, now, rules) -> plan`. Roll forward or roll back, decided once.
 //!
 //! The consumer and the recovery worker both call [`plan`] after loading a row, after each write
-//! and after each downstream answer; neither has rules of its own. The rules (DESIGN.md):
+//! and after each downstream answer; neither has rules of its own. The rules (docs/design.md, Q2):
 //!
 //! - An unknown outcome (a `*_REQUESTED` row with nothing learned) is resolved by **asking the
 //!   downstream about our request id**, never by acting again under a new key. Where the

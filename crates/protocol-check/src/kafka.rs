@@ -1,8 +1,8 @@
 //! Kafka and the consumers' inbox step: fetch, make the RECEIVED row durable, commit the
 //! offset; plus the group coordinator's rebalance and what a crash does to a consumer.
 //!
-//! The rule under test (DESIGN.md, "Who drives a saga"): the offset is committed only once the
-//! RECEIVED row is durable, because the table, not the offset, is the record of work. Planted
+//! The rule under test (docs/design.md, "Offsets: committed once the RECEIVED row is durable"):
+//! the offset is committed only once the RECEIVED row is durable, because the table, not the offset, is the record of work. Planted
 //! bug (c) swaps the two steps. A redelivered message whose row exists is left alone if the row
 //! is terminal or leased, and taken over (epoch bumped) if its lease has expired.
 

@@ -4,7 +4,7 @@
 //! a WMS with tombstones and a lossy, reordering network, under bounded crashes, rebalances,
 //! packet losses, early timeouts and pauses. Every driver decision is the real planner's
 //! ([`midflight_model::plan`], [`midflight_model::Change::apply`]): this crate owns only the
-//! environment, never a copy of the rules. It exists to show the protocol keeps DESIGN.md's
+//! environment, never a copy of the rules. It exists to show the protocol keeps ARCHITECTURE.md's
 //! invariants under every interleaving within the bounds, and that four plausible mistakes
 //! ([`Bugs`]) each break one of them. docs/protocol-check.md explains the abstractions, the
 //! bounds and the measured state counts.

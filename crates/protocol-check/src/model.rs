@@ -102,7 +102,7 @@ impl ProtocolModel {
                 [Step::Wms, Step::Logistics].map(|step| (request_id(&biz_id, step), voucher(&biz_id, step)))
             })
             .collect();
-        // The careful downstreams DESIGN.md asks for: queryable, idempotent on our key,
+        // The careful downstreams docs/design.md asks for: queryable, idempotent on our key,
         // reversible, tombstoning.
         ProtocolModel { config, rules: Rules::default(), events, ids }
     }

@@ -1,6 +1,6 @@
 //! What must hold in every reachable state, and what must be reachable at all.
 //!
-//! Safety ("always") properties are the product's invariants (DESIGN.md I1, I3, I4) read off
+//! Safety ("always") properties are the product's invariants (ARCHITECTURE.md I1, I3, I4) read off
 //! the ghost counters. Liveness (I2, "every message ends terminal once faults stop") is stated
 //! as an `always` over *quiescent* states, those where no progress action is enabled: if
 //! the system ever stops by itself, every produced message has a terminal row. Together with

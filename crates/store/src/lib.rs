@@ -4,10 +4,12 @@
 //! Architecture invariants:
 //! - Every operation is one statement or one short transaction. No row lock is held across a
 //!   downstream call: callers write the intent, commit, and only then call.
-//! - Every change to a saga row is a compare-and-set naming the version (and lease epoch) the
+//! - Every write by a saga's owner is a compare-and-set naming the version (and lease epoch) the
 //!   caller read: `UPDATE saga SET ... WHERE biz_id = ? AND version = ? AND lease_epoch = ?`.
-//!   Zero rows affected is [`Cas::Conflict`], an ordinary outcome, not an error: the caller lost
-//!   ownership and must stop. No `SELECT ... FOR UPDATE` anywhere.
+//!   A takeover ([`Store::claim`]) instead matches a row that is not terminal and whose lease has
+//!   expired, and bumps both. Zero rows affected is [`Cas::Conflict`], an ordinary outcome, not
+//!   an error: the caller lost ownership (or the claim) and must stop. No `SELECT ... FOR UPDATE`
+//!   anywhere.
 //! - Leases are compared against the database clock inside the statements; a worker's clock
 //!   never decides whether a lease is live.
 //! - The transition-log row, and any business, outbox or ticket row, is written in the same
