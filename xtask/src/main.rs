@@ -20,7 +20,8 @@ Commands:
                         midflight, check the invariants and print a report.
   scenario <name>       Run one scenario of the catalogue (`scenario --list` lists them).
   chaos                 Random fault campaign fully determined by --seed, then the checker.
-  stack up|down         Leave the local stack running for manual exploration (and stop it).
+  stack up|down|produce Leave the local stack running for manual exploration, produce orders
+                        to it, and stop it.
   bench                 Benchmarks side by side with the baselines; writes a report.
   tidy                  Repository checks (also run by `cargo test`).
 

@@ -2,8 +2,8 @@
 //!
 //! Layers, later ones winning: compiled-in defaults -> TOML file -> environment
 //! (`MIDFLIGHT_SECTION__KEY=value`) -> command-line overrides (`--set section.key=value`)
-//! -> validation. The loader is the only place that looks at the environment, and it
-//! does not read it itself: `main` passes `std::env::vars()` in, so tests pass their own.
+//! -> validation. [`load`] reads only the [`Sources`] it is given: a binary fills them from
+//! its process ([`Sources::from_process`]), tests pass their own.
 //!
 //! Values from the environment and from flags are strings; the loader converts each one
 //! to the type the compiled-in default has at that path (string, number, bool, list), so

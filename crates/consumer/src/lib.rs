@@ -2,8 +2,10 @@
 //! the business write, the WMS lock, the shipment and the notification.
 //!
 //! Bird's-eye view of one message:
-//! 1. [`pipeline`] takes a batch (bounded size, short linger) and [`inbox`] parses each message:
-//!    valid -> a RECEIVED row; poison -> a PARKED row plus a copy on the dead-letter topic.
+//! 1. [`pipeline`] takes a batch (bounded size; no linger by default: what has arrived) and
+//!    [`inbox`] parses each message: valid -> a RECEIVED row, opened to WMS_REQUESTED in the
+//!    same transaction unless an earlier saga of its order holds it back (`open_in_inbox`);
+//!    poison -> a PARKED row plus a copy on the dead-letter topic.
 //! 2. The batch's rows are inserted in one transaction (the durable inbox); only then are its
 //!    offsets committed. The table, not the offset, is the record of work.
 //! 3. [`scheduler`] drives fresh rows with `midflight_driver::Driver`, the one resume routine

@@ -1,7 +1,7 @@
 //! `sagactl`: the operator's view of the saga table. List and inspect sagas and their timelines,
 //! list and read tickets, resolve MANUAL_REVIEW sagas (close them, or send them back to an
-//! intent state for automation to settle by query), close reconciliation tickets, and run the
-//! reconciler once.
+//! intent state for automation to settle by query), close reconciliation tickets, run the
+//! reconciler once, and apply the schema's migrations (`migrate`).
 //!
 //! Every write is a compare-and-set on the version the operator looked at, recorded in the
 //! transition log under `operator:<name>`; when the row changed underneath it is refused with

@@ -1,6 +1,8 @@
 //! `midflight-lab`: runs midflight as separate OS processes on one machine. `cargo xtask`
-//! builds it and forwards `demo`, `scenario`, `chaos`, `stack` and `bench` to it; the
-//! `legacy-consumer` command is the old design's consumer, started by the lab itself.
+//! builds it and forwards `demo`, `scenario`, `chaos`, `stack` and `bench` to it; the hidden
+//! `legacy-consumer` (the old design's consumer: the demo's legacy run, baseline A) and
+//! `nostate-consumer` (baseline B: midflight's pipeline without the saga table) commands are
+//! started by the lab itself.
 
 mod bench;
 mod chaos;

@@ -78,7 +78,8 @@ pub enum Error {
 }
 
 /// Runs a service: flags, config, telemetry, signals, then `run(config, shutdown)`.
-/// The exit code is 0 when the service returns `Ok`, 1 otherwise (after printing the error).
+/// The exit code is 0 when the service returns `Ok`, 2 when its configuration or supervision
+/// cannot be set up, 1 when it fails afterwards (after printing the error).
 pub fn main<C, F, Fut, E>(service: &'static str, run: F) -> ExitCode
 where
     C: ServiceConfig,
