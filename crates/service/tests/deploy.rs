@@ -28,6 +28,13 @@ use serde_json::Value;
 const SHELL_LESS_IMAGES: [&str; 1] = ["otel/opentelemetry-collector-contrib"];
 /// The binaries the services run, and the configuration type each reads.
 const SERVICE_BINARIES: [&str; 5] = ["consumer", "recovery-worker", "mock-wms", "mock-logistics", "sagactl"];
+/// MySQL 8's default `max_connections`: what the saga database allows unless its operator
+/// raised it.
+const MYSQL_MAX_CONNECTIONS_DEFAULT: u64 = 151;
+/// Connections left over for operators, the migrate Job, sagactl and monitoring.
+const MYSQL_CONNECTIONS_HEADROOM: u64 = 25;
+/// The compose file's consumers are counted at the user's scale (`--scale consumer=8`).
+const COMPOSE_CONSUMERS_AT_SCALE: u64 = 8;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -92,6 +99,27 @@ impl Loaded {
     fn metrics_port(&self) -> u16 {
         port(&self.at("/telemetry/metrics_listen")).unwrap_or_else(|| panic!("{}: metrics endpoint off", self.binary))
     }
+}
+
+/// The most connections a service's pool opens to a MySQL saga database (`None`: SQLite).
+fn mysql_pool(loaded: &Loaded) -> Option<u64> {
+    loaded.at("/database/url").starts_with("mysql://").then(|| {
+        loaded.at("/database/max_connections").parse().expect("database.max_connections is a number")
+    })
+}
+
+/// Fails unless the pools, each counted as many times as it runs, fit the server with room to
+/// spare. `pools` holds (what runs, how many run at once, its pool size).
+fn assert_pools_fit(what: &str, server_max: u64, pools: &[(String, u64, u64)]) {
+    let total: u64 = pools.iter().map(|(_, count, pool)| count * pool).sum();
+    let budget = server_max - MYSQL_CONNECTIONS_HEADROOM;
+    assert!(
+        total <= budget,
+        "{what}: the saga database pools open up to {total} connections ({pools:?}: what, how many, \
+         pool size), more than the {budget} a server with max_connections {server_max} leaves after \
+         {MYSQL_CONNECTIONS_HEADROOM} for operators; at the peak the surplus gets \"Too many connections\" \
+         and the sagas whose writes fail wait for their leases"
+    );
 }
 
 /// Loads `env` into the configuration type of `binary`; `context` names the container.
@@ -351,6 +379,31 @@ fn every_compose_service_is_complete_and_its_dependencies_exist() {
     }
     let consumers = compose.services["consumer"]["deploy"]["replicas"].as_u64().unwrap_or(1);
     assert!(consumers >= 2, "the consumer runs scaled to several replicas, not {consumers}");
+}
+
+#[test]
+fn compose_pools_fit_the_databases_connection_limit_at_the_users_scale() {
+    let compose = Compose::load();
+    let docker = dockerfile();
+    let mysql = &compose.services["mysql"];
+    let server_max = strings(&mysql["command"])
+        .iter()
+        .find_map(|arg| arg.strip_prefix("--max-connections=").or_else(|| arg.strip_prefix("--max_connections=")))
+        .map_or(MYSQL_MAX_CONNECTIONS_DEFAULT, |n| n.parse().expect("a number of connections"));
+    let mut pools = Vec::new();
+    for (name, loaded) in compose.configs(&docker) {
+        let service = &compose.services[&name];
+        if Compose::one_shot(service) {
+            continue;
+        }
+        if let Some(pool) = mysql_pool(&loaded) {
+            let replicas = service["deploy"]["replicas"].as_u64().unwrap_or(1);
+            let replicas = if name == "consumer" { replicas.max(COMPOSE_CONSUMERS_AT_SCALE) } else { replicas };
+            pools.push((name, replicas, pool));
+        }
+    }
+    assert!(pools.iter().any(|(name, _, _)| name == "consumer"), "the consumers use the MySQL saga database");
+    assert_pools_fit("docker-compose.yml", server_max, &pools);
 }
 
 #[test]
@@ -718,6 +771,46 @@ impl Manifests {
         }
         env
     }
+}
+
+/// Pods of a Deployment at once, a rolling update's surge included (Kubernetes' default surge
+/// is 25%, rounded up).
+fn pods_at_most(deployment: &Value) -> u64 {
+    let replicas = deployment["spec"]["replicas"].as_u64().unwrap_or(1);
+    let strategy = &deployment["spec"]["strategy"];
+    if strategy["type"] == "Recreate" {
+        return replicas;
+    }
+    let surge = match &strategy["rollingUpdate"]["maxSurge"] {
+        Value::Number(n) => n.as_u64().expect("maxSurge is a count"),
+        Value::String(percent) => {
+            let percent: u64 = percent.trim_end_matches('%').parse().expect("maxSurge is a count or a percentage");
+            (replicas * percent).div_ceil(100)
+        }
+        _ => replicas.div_ceil(4),
+    };
+    replicas + surge
+}
+
+#[test]
+fn kubernetes_pools_fit_the_databases_connection_limit() {
+    let manifests = Manifests::load();
+    let docker = dockerfile();
+    let mut pools = Vec::new();
+    for deployment in manifests.of_kind("Deployment") {
+        let name = text(&deployment["metadata"]["name"]);
+        for container in deployment["spec"]["template"]["spec"]["containers"].as_array().expect("containers") {
+            let context = format!("Deployment {name} container {}", text(&container["name"]));
+            let binary = strings(&container["args"]).first().cloned().expect("args name the binary");
+            let loaded = load(&binary, &manifests.env(container, &docker, &context), &context);
+            if let Some(pool) = mysql_pool(&loaded) {
+                pools.push((name.clone(), pods_at_most(deployment), pool));
+            }
+        }
+    }
+    let names: BTreeSet<&str> = pools.iter().map(|(name, _, _)| name.as_str()).collect();
+    assert_eq!(names, BTreeSet::from(["consumer", "recovery-worker"]), "the services on the saga database");
+    assert_pools_fit("deploy/k8s", MYSQL_MAX_CONNECTIONS_DEFAULT, &pools);
 }
 
 fn labels_match(selector: &Value, labels: &Value) -> bool {
