@@ -103,9 +103,10 @@ impl Loaded {
 
 /// The most connections a service's pool opens to a MySQL saga database (`None`: SQLite).
 fn mysql_pool(loaded: &Loaded) -> Option<u64> {
-    loaded.at("/database/url").starts_with("mysql://").then(|| {
-        loaded.at("/database/max_connections").parse().expect("database.max_connections is a number")
-    })
+    loaded
+        .at("/database/url")
+        .starts_with("mysql://")
+        .then(|| loaded.at("/database/max_connections").parse().expect("database.max_connections is a number"))
 }
 
 /// Fails unless the pools, each counted as many times as it runs, fit the server with room to
