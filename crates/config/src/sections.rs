@@ -95,7 +95,10 @@ pub struct DatabaseSection {
     /// `mysql://user:pass@host:3306/db` or `sqlite://path.db?mode=rwc`.
     pub url: String,
     /// Pool size. Connections are only held for one statement or one short transaction,
-    /// never across an RPC, so a few dozen serve thousands of sagas in flight.
+    /// never across an RPC, so a few dozen serve thousands of sagas in flight. A pool fills at a
+    /// peak and keeps idle connections open for minutes, so the pools of every instance on one
+    /// server must fit its `max_connections` together (MySQL 8's default is 151): 8 consumers
+    /// at 32 do not.
     pub max_connections: u32,
     /// How long to wait for a free connection before the operation fails.
     pub acquire_timeout_ms: u64,
