@@ -775,7 +775,9 @@ impl Manifests {
 }
 
 /// Pods of a Deployment at once, a rolling update's surge included (Kubernetes' default surge
-/// is 25%, rounded up).
+/// is 25%, rounded up). Pods still stopping during a rollout, the migrate Job and the init
+/// containers (one short-lived connection each) are left to the headroom. Only Deployments run
+/// services here; a StatefulSet or CronJob on the saga database would have to be counted too.
 fn pods_at_most(deployment: &Value) -> u64 {
     let replicas = deployment["spec"]["replicas"].as_u64().unwrap_or(1);
     let strategy = &deployment["spec"]["strategy"];

@@ -6,8 +6,9 @@
 //!   downstream call: callers write the intent, commit, and only then call.
 //! - Every write by a saga's owner is a compare-and-set naming the version (and lease epoch) the
 //!   caller read: `UPDATE saga SET ... WHERE biz_id = ? AND version = ? AND lease_epoch = ?`.
-//!   A takeover ([`Store::claim`]) instead matches a row that is not terminal and whose lease has
-//!   expired, and bumps both. Zero rows affected is [`Cas::Conflict`], an ordinary outcome, not
+//!   A takeover ([`Store::claim`]) instead matches a row that is not terminal, whose lease has
+//!   expired and whose retry is due, and bumps both. An operator's write (sagactl) names the
+//!   version only, and bumps it. Zero rows affected is [`Cas::Conflict`], an ordinary outcome, not
 //!   an error: the caller lost ownership (or the claim) and must stop. No `SELECT ... FOR UPDATE`
 //!   anywhere.
 //! - Leases are compared against the database clock inside the statements; a worker's clock
