@@ -87,6 +87,9 @@ pub const GROUP_COMMIT_MAX: usize = 500;
 pub const GROUP_COMMIT_CONCURRENCY_MAX: usize = 64;
 /// Longest a group may wait for more transitions: every transition of it waits as long.
 pub const GROUP_COMMIT_LINGER_MS_MAX: u64 = 100;
+/// Bounds of `database.idle_timeout_ms`: at least a second, at most an hour.
+pub const IDLE_TIMEOUT_MS_MIN: u64 = 1_000;
+pub const IDLE_TIMEOUT_MS_MAX: u64 = 3_600_000;
 
 /// The saga database (MySQL 8 / MariaDB, or SQLite).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,14 +99,18 @@ pub struct DatabaseSection {
     pub url: String,
     /// Pool size. Connections are only held for one statement or one short transaction,
     /// never across an RPC, so a few dozen serve thousands of sagas in flight. A pool fills at a
-    /// peak and keeps idle connections open for minutes, so the pools of every instance on one
-    /// server must fit its `max_connections` together (MySQL 8's default is 151): 8 consumers
-    /// at 32 do not.
+    /// peak and keeps idle connections open for `idle_timeout_ms`, so the pools of every
+    /// instance on one server must fit its `max_connections` together (MySQL 8's default is
+    /// 151): 8 consumers at 32 do not.
     pub max_connections: u32,
     /// How long to wait for a free connection before the operation fails.
     pub acquire_timeout_ms: u64,
     /// How long to wait for a new connection to be established.
     pub connect_timeout_ms: u64,
+    /// How long a connection may sit idle in the pool before the pool closes it. A pool grows at
+    /// a peak; this hands the server its connections back a minute after (the driver's own
+    /// default is 10 minutes), so other instances and the recovery worker can open theirs.
+    pub idle_timeout_ms: u64,
     /// Saga transitions of up to this many sagas share one transaction (group commit): each
     /// keeps its own compare-and-set, log rows and fused writes, and one commit (one log flush)
     /// serves them all. Transitions wait for nothing: a group is whatever queued while the
@@ -129,6 +136,7 @@ impl Default for DatabaseSection {
             max_connections: 32,
             acquire_timeout_ms: 5_000,
             connect_timeout_ms: 5_000,
+            idle_timeout_ms: 60_000,
             group_commit_max: 256,
             group_commit_concurrency: 4,
             group_commit_linger_ms: 0,
@@ -147,6 +155,12 @@ impl DatabaseSection {
         }
         if self.acquire_timeout_ms == 0 {
             problems.push(format!("{at}.acquire_timeout_ms must be positive"));
+        }
+        if !(IDLE_TIMEOUT_MS_MIN..=IDLE_TIMEOUT_MS_MAX).contains(&self.idle_timeout_ms) {
+            problems.push(format!(
+                "{at}.idle_timeout_ms must be in {IDLE_TIMEOUT_MS_MIN}..={IDLE_TIMEOUT_MS_MAX}, got {}",
+                self.idle_timeout_ms
+            ));
         }
         if !(1..=GROUP_COMMIT_MAX).contains(&self.group_commit_max) {
             problems.push(format!("{at}.group_commit_max must be in 1..={GROUP_COMMIT_MAX}"));

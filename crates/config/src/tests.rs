@@ -73,6 +73,9 @@ fn validation_reports_every_problem() {
     let err = load::<Demo>(&sources(&[], &["database.group_commit_linger_ms=101"])).expect_err("too long");
     assert!(err.to_string().contains("database.group_commit_linger_ms must be at most 100"), "{err}");
     load::<Demo>(&sources(&[], &["database.group_commit_linger_ms=100"])).expect("the bound itself is allowed");
+    let err = load::<Demo>(&sources(&[], &["database.idle_timeout_ms=0"])).expect_err("a pool closing at once");
+    assert!(err.to_string().contains("database.idle_timeout_ms must be in 1000..=3600000, got 0"), "{err}");
+    load::<Demo>(&sources(&[], &["database.idle_timeout_ms=1000"])).expect("the lower bound itself is allowed");
 }
 
 #[test]

@@ -159,7 +159,8 @@ pub async fn run(config: NoStateConfig, shutdown: CancellationToken) -> anyhow::
     options
         .max_connections(config.database.max_connections)
         .acquire_timeout(Duration::from_millis(config.database.acquire_timeout_ms))
-        // The same pool setting as midflight's store (see ENVIRONMENT.md: a test per acquire
+        .idle_timeout(Duration::from_millis(config.database.idle_timeout_ms))
+        // The same pool settings as midflight's store (see ENVIRONMENT.md: a test per acquire
         // halves the commit rate), so the comparison is of designs, not of pool settings.
         .test_before_acquire(false)
         .sqlx_logging(false);

@@ -801,3 +801,33 @@ fn migration_comments_hold_no_semicolons() {
         assert!(!midflight_store::migration_statements(sql).is_empty(), "{name} has statements");
     }
 }
+
+/// A pool hands the server back the connections a burst opened once they have been idle for
+/// `database.idle_timeout_ms`, so another process can open its own (the driver alone would
+/// keep them for 10 minutes).
+async fn idle_connections_are_closed(db: &TestDb) {
+    let section = midflight_config::DatabaseSection {
+        url: db.url.clone(),
+        max_connections: 8,
+        idle_timeout_ms: 1_000,
+        group_commit_max: 1,
+        ..midflight_config::DatabaseSection::default()
+    };
+    let store = Store::connect(&section).await.expect("connect");
+    let pool_size = || match db.engine {
+        Engine::Sqlite => store.connection().get_sqlite_connection_pool().size(),
+        Engine::MySql => store.connection().get_mysql_connection_pool().size(),
+    };
+    let burst: Vec<_> = futures::future::join_all((0..4).map(|_| store.connection().begin()))
+        .await
+        .into_iter()
+        .map(|txn| txn.expect("begin"))
+        .collect();
+    assert!(pool_size() >= 4, "four transactions at once hold four connections, the pool has {}", pool_size());
+    for txn in burst {
+        txn.rollback().await.expect("rollback");
+    }
+    until("the pool to close the burst's idle connections", || async { pool_size() <= 1 }).await;
+    store.now_ms().await.expect("the pool still serves");
+}
+both_engines!(idle_connections_go_back_to_the_server, idle_connections_are_closed);
