@@ -1,4 +1,5 @@
-//! The six invariants (ARCHITECTURE.md, I1-I6), one function each, each adding violations to the report.
+//! The six invariants (ARCHITECTURE.md, I1-I6), one function each, each adding violations to the
+//! report.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,7 +1,7 @@
 //! The consumer end to end: the real run loop (`run_with`) against librdkafka's mock cluster
-//! (and, for the tests whose names contain `_on_an_external_kafka`, the broker `MIDFLIGHT_TEST_KAFKA`
-//! names, e.g. Tansu), the mock WMS and logistics over gRPC on loopback, and the real store on
-//! SQLite and MariaDB.
+//! (and, for the tests whose names contain `_on_an_external_kafka`, the broker
+//! `MIDFLIGHT_TEST_KAFKA` names, e.g. Tansu), the mock WMS and logistics over gRPC on loopback,
+//! and the real store on SQLite and MariaDB.
 //! Every test checks the effects that really happened (the downstreams' ledgers, the calls
 //! sent, the committed offsets, the topics), not only the rows.
 //!

@@ -21,11 +21,11 @@
 //! - `rebalance`: `paced`, with a consumer joining or leaving the group every 30 s; duplicates
 //!   are counted by the checker (midflight) or from the downstream ledgers (baselines).
 //!
-//! Every phase also reads each role's CPU time from `/proc` (`cpu`): the consumers, the recovery
-//! worker, the mocks, the lab, the database server and an external broker when they run here,
-//! and the whole box, per finished message, so the report can say what a rate would need. And it times the database's
-//! own commits beside the system's (`commit_probe`), so a latency tail can be read against the
-//! server's (or the disk's) at the same seconds.
+//! Every phase also reads each role's CPU time from `/proc` (`cpu`): the consumers, the
+//! recovery worker, the mocks, the lab, the database server and an external broker when they
+//! run here, and the whole box, per finished message, so the report can say what a rate would
+//! need. And it times the database's own commits beside the system's (`commit_probe`), so a
+//! latency tail can be read against the server's (or the disk's) at the same seconds.
 //!
 //! Output: `report.md`, `phases.csv`, `series.csv`, `chart.svg` in the report directory, and
 //! `--report-json`.

@@ -131,7 +131,8 @@ fn decision_table_legacy_wms() {
     expect_file!["../tables/legacy_wms.txt"].assert_eq(&table(NOW, &rules, |_| {}));
 }
 
-/// The four cases for an unknown outcome (docs/design.md, "What a downstream must offer"), and what "not found" leads to in each.
+/// The four cases for an unknown outcome (docs/design.md, "What a downstream must offer"), and what
+/// "not found" leads to in each.
 #[test]
 fn unknown_outcome_follows_the_contract_table() {
     let mut out = String::new();

@@ -2,9 +2,10 @@
 //! offset; plus the group coordinator's rebalance and what a crash does to a consumer.
 //!
 //! The rule under test (docs/design.md, "Offsets: committed once the RECEIVED row is durable"):
-//! the offset is committed only once the RECEIVED row is durable, because the table, not the offset, is the record of work. Planted
-//! bug (c) swaps the two steps. A redelivered message whose row exists is left alone if the row
-//! is terminal or leased, and taken over (epoch bumped) if its lease has expired.
+//! the offset is committed only once the RECEIVED row is durable, because the table, not the
+//! offset, is the record of work. Planted bug (c) swaps the two steps. A redelivered message
+//! whose row exists is left alone if the row is terminal or leased, and taken over (epoch
+//! bumped) if its lease has expired.
 
 use midflight_model::{Lease, Saga, Source};
 

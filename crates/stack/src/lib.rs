@@ -1,8 +1,9 @@
 //! The system in one process, for tests and benchmarks: the mock WMS and mock logistics served
 //! on loopback port 0 with their own SQLite ledgers, handles to change their fault plans, a
 //! client of both, and Kafka ([`kafka`]: librdkafka's embedded cluster, or an external broker
-//! named by its bootstrap address). Separate OS processes are the demo's business (`cargo xtask demo`); this is
-//! the quick, deterministic way for a test to talk to real gRPC downstreams.
+//! named by its bootstrap address). Separate OS processes are the demo's business
+//! (`cargo xtask demo`); this is the quick, deterministic way for a test to talk to real gRPC
+//! downstreams.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
