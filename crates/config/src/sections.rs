@@ -103,7 +103,9 @@ pub struct DatabaseSection {
     /// instance on one server must fit its `max_connections` together (MySQL 8's default is
     /// 151): 8 consumers at 32 do not.
     pub max_connections: u32,
-    /// How long to wait for a free connection before the operation fails.
+    /// How long to wait for a free connection before the operation fails. A server that
+    /// refuses a new connection because it is full (MySQL 1040, or 1203 and 1226 for an
+    /// account's limits) is waited out as long: the store asks again, 10 ms to 250 ms apart.
     pub acquire_timeout_ms: u64,
     /// How long to wait for a new connection to be established.
     pub connect_timeout_ms: u64,

@@ -149,6 +149,7 @@ pub async fn run_with<D: Downstream>(
         retried = stats.retried,
         opened_on_insert = stats.opened_on_insert,
         gave_way = stats.gave_way,
+        refused = stats.refused,
         "consumer stopped"
     );
     result

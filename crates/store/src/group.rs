@@ -33,7 +33,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use midflight_model::Saga;
-use sea_orm::TransactionTrait;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -145,14 +144,14 @@ impl Store {
     }
 
     async fn try_write_group(&self, members: &[Member]) -> Result<Vec<bool>, Error> {
-        let mut txn = self.db.begin().await.during("begin transition group", None)?;
+        let mut txn = self.begin("begin transition group", None).await?;
         let applied = match self.compare_and_set_chunks(&txn, members).await? {
             Some(applied) => applied,
             None => {
                 // A chunk's compare-and-set applied to some of its members only: undo the
                 // transaction and let each member's own UPDATE decide in a new one.
                 txn.rollback().await.during("roll back transition group", None)?;
-                txn = self.db.begin().await.during("begin transition group", None)?;
+                txn = self.begin("begin transition group", None).await?;
                 self.compare_and_set_each(&txn, members).await?
             }
         };

@@ -13,8 +13,7 @@ use std::collections::{HashMap, HashSet};
 
 use midflight_model::{Change, Lease, Saga, Status};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, EntityTrait, QueryFilter, Statement,
-    TransactionTrait, Value,
+    ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, EntityTrait, QueryFilter, Statement, Value,
 };
 
 use crate::entity::saga;
@@ -103,7 +102,7 @@ impl Store {
         let txn = self.begin_arrivals(sagas, owner, lease_ms, actor).await?;
         txn.commit().await.during("commit inbox insert", None)?;
         self.stats.write_committed();
-        self.classify(&self.db, sagas, owner).await
+        self.patiently("read inbox rows", || self.classify(&self.db, sagas, owner)).await
     }
 
     /// A transaction that has inserted `sagas`' rows and their arrival log rows; the caller
@@ -121,7 +120,7 @@ impl Store {
         // instead cost a round trip per chunk, which on this box took longer than the padding.
         let rows = dialect::padded(sagas.iter().map(|saga| (saga, None)).collect());
         let (insert, log) = self.arrival_statements(&rows, owner, lease_ms, actor);
-        let txn = self.db.begin().await.during("begin inbox insert", None)?;
+        let txn = self.begin("begin inbox insert", None).await?;
         txn.execute_raw(insert).await.during("insert inbox rows", None)?;
         txn.execute_raw(log).await.during("insert arrival log rows", None)?;
         Ok(txn)
@@ -256,7 +255,7 @@ impl Store {
         if !sagas.iter().all(|saga| ids.insert(saga.biz_id.as_str())) {
             return Ok(None);
         }
-        let txn = self.db.begin().await.during("begin inbox insert", None)?;
+        let txn = self.begin("begin inbox insert", None).await?;
         let Some(mut first_unfinished) = self.none_stored_then_first_unfinished(&txn, sagas, &fresh).await? else {
             return give_up(txn).await;
         };

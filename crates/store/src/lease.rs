@@ -3,7 +3,7 @@
 //! older holder names the old epoch and matches nothing.
 
 use midflight_model::{Saga, Status};
-use sea_orm::{ConnectionTrait, EntityTrait, Statement, TransactionTrait};
+use sea_orm::{ConnectionTrait, EntityTrait, Statement};
 
 use crate::entity::saga;
 use crate::error::{Context, Error};
@@ -23,7 +23,7 @@ impl Store {
              WHERE biz_id = ? AND status NOT IN ({terminal}) AND lease_until_ms <= {now} AND next_attempt_at_ms <= {now}"
         );
         let some = Some(biz_id);
-        let txn = self.db.begin().await.during("begin claim", some)?;
+        let txn = self.begin("begin claim", some).await?;
         let result = txn
             .execute_raw(Statement::from_sql_and_values(
                 self.backend,
@@ -84,9 +84,9 @@ impl Store {
             values.push(ms.into());
         }
         values.extend([saga.biz_id.clone().into(), signed(saga.version).into(), signed(saga.lease.epoch).into()]);
+        let statement = Statement::from_sql_and_values(self.backend, sql, values);
         let result = self
-            .db
-            .execute_raw(Statement::from_sql_and_values(self.backend, sql, values))
+            .patiently(operation, || self.db.execute_raw(statement.clone()))
             .await
             .during(operation, Some(&saga.biz_id))?;
         self.stats.write_committed();

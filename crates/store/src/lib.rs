@@ -29,6 +29,7 @@ mod migrate;
 mod operator;
 mod outbox;
 mod read;
+mod refused;
 mod row;
 mod scan;
 mod stats;
@@ -89,6 +90,9 @@ pub struct Store {
     stats: std::sync::Arc<stats::Stats>,
     /// Where transitions go when they are grouped ([`DatabaseSection::group_commit_max`] > 1).
     group: Option<std::sync::Arc<group::GroupCommit>>,
+    /// How long an operation waits out a server that refuses new connections (it is full):
+    /// `database.acquire_timeout_ms`.
+    patience: Duration,
 }
 
 impl Store {
@@ -118,6 +122,7 @@ impl Store {
             .await
             .map_err(|source| Error::Connect { url: midflight_config::redact_url(&section.url), source })?;
         let mut store = Store::from_connection(db).await?;
+        store.patience = Duration::from_millis(section.acquire_timeout_ms);
         if section.group_commit_max > 1 {
             // SQLite has one writer at a time: concurrent groups would only wait on each other.
             // Everything else (inbox, leases, relay, reads) keeps at least one connection.
@@ -143,7 +148,8 @@ impl Store {
             return Err(Error::Invalid(format!("unsupported database backend {backend:?}: use MySQL or SQLite")));
         }
         let clock = clock::DbClock::measure(&db, backend).await?;
-        Ok(Store { db, backend, clock, stats: std::sync::Arc::default(), group: None })
+        let patience = Duration::from_millis(DatabaseSection::default().acquire_timeout_ms);
+        Ok(Store { db, backend, clock, stats: std::sync::Arc::default(), group: None, patience })
     }
 
     /// Applies any migration file the database does not have yet.
@@ -155,7 +161,7 @@ impl Store {
     /// seconds old. Used for deadlines, backoff and timestamps; leases are always compared
     /// inside SQL against the real database clock.
     pub async fn now_ms(&self) -> Result<i64, Error> {
-        self.clock.now_ms(&self.db).await
+        self.patiently("read the database clock", || self.clock.now_ms(&self.db)).await
     }
 
     /// What this store (and its clones) wrote since it connected.

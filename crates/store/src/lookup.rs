@@ -58,11 +58,13 @@ impl Store {
         };
         let mut out = Vec::with_capacity(request_ids.len());
         for batch in request_ids.chunks(BATCH_ROWS_MAX) {
-            let rows = saga::Entity::find()
-                .filter(column.is_in(dialect::padded(batch.to_vec())))
-                .all(&self.db)
+            let operation = "look sagas up by request id";
+            let rows = self
+                .patiently(operation, || {
+                    saga::Entity::find().filter(column.is_in(dialect::padded(batch.to_vec()))).all(&self.db)
+                })
                 .await
-                .during("look sagas up by request id", None)?;
+                .during(operation, None)?;
             for model in rows {
                 out.push(row::to_saga(model)?);
             }

@@ -4,7 +4,7 @@
 //! the operator's name, and resolves the saga's open tickets in the same transaction.
 
 use midflight_model::{Change, Saga, Status};
-use sea_orm::{ConnectionTrait, Statement, TransactionTrait, Value};
+use sea_orm::{ConnectionTrait, Statement, Value};
 
 use crate::error::{Context, Error};
 use crate::row::{fit, signed};
@@ -37,7 +37,7 @@ impl Store {
         next.next_attempt_at_ms = 0;
         let actor = format!("operator:{operator}");
         let some = Some(biz_id);
-        let txn = self.db.begin().await.during("begin resolve", some)?;
+        let txn = self.begin("begin resolve", some).await?;
         let now = dialect::now_ms(self.backend);
         let sql = format!(
             "UPDATE saga SET status = ?, version = ?, last_error = ?, next_attempt_at_ms = 0, attempts = 0, \

@@ -22,17 +22,21 @@ impl Store {
     pub async fn claim_outbox(&self, owner: &str, limit: u64, claim_ms: i64) -> Result<Vec<OutboxMessage>, Error> {
         let limit = limit.min(BATCH_ROWS_MAX as u64);
         let now_ms = self.now_ms().await?;
-        let candidates: Vec<String> = outbox::Entity::find()
-            .select_only()
-            .column(outbox::Column::BizId)
-            .filter(outbox::Column::PublishedAtMs.is_null())
-            .filter(outbox::Column::RelayUntilMs.lte(now_ms))
-            .order_by_asc(outbox::Column::CreatedAtMs)
-            .limit(limit)
-            .into_tuple()
-            .all(&self.db)
+        let operation = "find pending outbox rows";
+        let candidates: Vec<String> = self
+            .patiently(operation, || {
+                outbox::Entity::find()
+                    .select_only()
+                    .column(outbox::Column::BizId)
+                    .filter(outbox::Column::PublishedAtMs.is_null())
+                    .filter(outbox::Column::RelayUntilMs.lte(now_ms))
+                    .order_by_asc(outbox::Column::CreatedAtMs)
+                    .limit(limit)
+                    .into_tuple()
+                    .all(&self.db)
+            })
             .await
-            .during("find pending outbox rows", None)?;
+            .during(operation, None)?;
         if candidates.is_empty() {
             return Ok(Vec::new());
         }
@@ -46,8 +50,8 @@ impl Store {
         );
         let mut values: Vec<Value> = vec![owner.into(), claim_ms.into()];
         values.extend(candidates.iter().cloned().map(Value::from));
-        self.db
-            .execute_raw(Statement::from_sql_and_values(self.backend, sql, values))
+        let statement = Statement::from_sql_and_values(self.backend, sql, values);
+        self.patiently("claim outbox rows", || self.db.execute_raw(statement.clone()))
             .await
             .during("claim outbox rows", None)?;
         self.stats.write_committed();
@@ -59,9 +63,9 @@ impl Store {
         );
         let mut values: Vec<Value> = vec![owner.into()];
         values.extend(candidates.into_iter().map(Value::from));
+        let statement = Statement::from_sql_and_values(self.backend, sql, values);
         let rows = self
-            .db
-            .query_all_raw(Statement::from_sql_and_values(self.backend, sql, values))
+            .patiently("read claimed outbox rows", || self.db.query_all_raw(statement.clone()))
             .await
             .during("read claimed outbox rows", None)?;
         rows.iter()
@@ -90,9 +94,9 @@ impl Store {
         );
         let mut values: Vec<Value> = vec![owner.into()];
         values.extend(biz_ids.into_iter().map(Value::from));
+        let statement = Statement::from_sql_and_values(self.backend, sql, values);
         let result = self
-            .db
-            .execute_raw(Statement::from_sql_and_values(self.backend, sql, values))
+            .patiently("mark published", || self.db.execute_raw(statement.clone()))
             .await
             .during("mark published", None)?;
         self.stats.write_committed();

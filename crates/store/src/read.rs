@@ -46,7 +46,10 @@ pub struct OrderRow {
 
 impl Store {
     pub async fn get(&self, biz_id: &str) -> Result<Option<Saga>, Error> {
-        let row = saga::Entity::find_by_id(biz_id.to_owned()).one(&self.db).await.during("read saga", Some(biz_id))?;
+        let row = self
+            .patiently("read saga", || saga::Entity::find_by_id(biz_id.to_owned()).one(&self.db))
+            .await
+            .during("read saga", Some(biz_id))?;
         row.map(row::to_saga).transpose()
     }
 
@@ -77,11 +80,12 @@ impl Store {
             saga.source.offset.into(),
             saga.source.topic.clone().into(),
         ];
+        let statement = Statement::from_sql_and_values(self.backend, sql, values);
+        let operation = "check earlier sagas of the order";
         let row = self
-            .db
-            .query_one_raw(Statement::from_sql_and_values(self.backend, sql, values))
+            .patiently(operation, || self.db.query_one_raw(statement.clone()))
             .await
-            .during("check earlier sagas of the order", Some(&saga.biz_id))?;
+            .during(operation, Some(&saga.biz_id))?;
         row.map(|r| r.try_get::<String>("", "biz_id")).transpose().during("read earlier saga id", Some(&saga.biz_id))
     }
 
@@ -205,7 +209,7 @@ impl Store {
     /// unfinished saga of their order on their partition: [`Store::earlier_unfinished`] for a
     /// whole batch in one query per chunk. A saga not returned has no such predecessor now.
     pub async fn maybe_blocked(&self, sagas: &[&Saga]) -> Result<HashSet<String>, Error> {
-        self.maybe_blocked_on(&self.db, sagas).await
+        self.patiently("check earlier sagas of a batch's orders", || self.maybe_blocked_on(&self.db, sagas)).await
     }
 
     /// [`Store::maybe_blocked`] on `conn` (inside the inbox transaction that inserted the rows).

@@ -54,11 +54,9 @@ impl Store {
         );
         values.push(i64::try_from(limit).unwrap_or(i64::MAX).into());
         let operation = "scan abandoned sagas after a cursor";
-        let rows = self
-            .db
-            .query_all_raw(Statement::from_sql_and_values(self.backend, sql, values))
-            .await
-            .during(operation, None)?;
+        let statement = Statement::from_sql_and_values(self.backend, sql, values);
+        let rows =
+            self.patiently(operation, || self.db.query_all_raw(statement.clone())).await.during(operation, None)?;
         rows.iter()
             .map(|r| saga::Model::from_query_result(r, "").during(operation, None).and_then(row::to_saga))
             .collect()

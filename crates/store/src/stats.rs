@@ -17,6 +17,7 @@ pub(crate) struct Stats {
     retried: AtomicU64,
     opened_on_insert: AtomicU64,
     gave_way: AtomicU64,
+    refused: AtomicU64,
 }
 
 /// A reading of the counters.
@@ -37,6 +38,9 @@ pub struct StoreStats {
     /// Inbox transactions of that path that read back a row they had not inserted (another
     /// transaction inserted it meanwhile), were rolled back and took the general path.
     pub gave_way: u64,
+    /// Times an operation was refused a new connection by a full server and asked again
+    /// (MySQL 1040, 1203 or 1226; see `database.acquire_timeout_ms`).
+    pub refused: u64,
 }
 
 impl Stats {
@@ -65,6 +69,10 @@ impl Stats {
         self.retried.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn refused(&self) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn read(&self) -> StoreStats {
         StoreStats {
             write_txns: self.write_txns.load(Ordering::Relaxed),
@@ -73,6 +81,7 @@ impl Stats {
             retried: self.retried.load(Ordering::Relaxed),
             opened_on_insert: self.opened_on_insert.load(Ordering::Relaxed),
             gave_way: self.gave_way.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
         }
     }
 }

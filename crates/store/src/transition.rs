@@ -13,7 +13,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use midflight_model::{BusinessWrite, Change, Saga};
-use sea_orm::{ConnectionTrait, DatabaseTransaction, Statement, TransactionTrait, Value};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, Statement, Value};
 
 use crate::error::{Context, Error};
 use crate::row::{fit, signed};
@@ -165,7 +165,7 @@ impl Store {
     /// One transaction writing the single `members[0]`; whether its compare-and-set applied.
     async fn write_one(&self, members: &[Member]) -> Result<bool, Error> {
         let some = members.first().map(|member| member.before.biz_id.as_str());
-        let txn = self.db.begin().await.during("begin transition", some)?;
+        let txn = self.begin("begin transition", some).await?;
         let applied = self.compare_and_set_each(&txn, members).await?;
         if !applied.first().copied().unwrap_or(false) {
             txn.rollback().await.during("roll back transition", some)?;

@@ -831,3 +831,115 @@ async fn idle_connections_are_closed(db: &TestDb) {
     store.now_ms().await.expect("the pool still serves");
 }
 both_engines!(idle_connections_go_back_to_the_server, idle_connections_are_closed);
+
+/// `url` with its user and password replaced.
+fn as_user(url: &str, user: &str, password: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a URL with a scheme");
+    let host_and_path = rest.split_once('@').map_or(rest, |(_, after)| after);
+    format!("{scheme}://{user}:{password}@{host_and_path}")
+}
+
+/// A transaction on the one connection `store`'s pool has opened. The pool takes a connection
+/// back a moment after its last user is done with it; beginning before that would ask the
+/// server for a second one.
+async fn hold_the_one_connection(store: &Store) -> sea_orm::DatabaseTransaction {
+    let pool = store.connection().get_mysql_connection_pool();
+    until("the pool to take its connection back", || async { pool.num_idle() == 1 }).await;
+    assert_eq!(pool.size(), 1, "the pool has one connection");
+    store.connection().begin().await.expect("begin on the pool's idle connection")
+}
+
+/// A server that is full refuses a new connection (MySQL 1040, or 1226 when the account's own
+/// `MAX_USER_CONNECTIONS` is reached, which is how this test fills it without touching the
+/// shared server's limit). Nothing of the operation has run then, and the store asks again
+/// until `database.acquire_timeout_ms` has passed, instead of failing the operation at once:
+/// a drive goes on when a connection comes free. Past the timeout, the server's error is the
+/// operation's. MySQL only: SQLite has no server to refuse a connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_server_is_waited_out_then_named() {
+    let Some(db) = TestDb::fresh(Engine::MySql).await else { return };
+    let database = db.url.rsplit('/').next().expect("a database name").split('?').next().expect("name").to_owned();
+    let user = format!("{database}_cap");
+    let root = db.store.connection();
+    let _dropped = DropUser { url: db.url.clone(), user: user.clone() };
+    for sql in [
+        format!("CREATE USER '{user}'@'%' IDENTIFIED BY 'capped' WITH MAX_USER_CONNECTIONS 2"),
+        format!("GRANT ALL ON {database}.* TO '{user}'@'%'"),
+    ] {
+        root.execute_unprepared(&sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    let url = as_user(&db.url, &user, "capped");
+    let connect = |acquire_timeout_ms| {
+        let section = midflight_config::DatabaseSection {
+            url: url.clone(),
+            max_connections: 4,
+            acquire_timeout_ms,
+            group_commit_max: 1,
+            ..midflight_config::DatabaseSection::default()
+        };
+        async move { Store::connect(&section).await.expect("connect as the capped account") }
+    };
+    let saga = received(&db.store, "O-full", 1).await;
+    let count_sql = format!("SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST WHERE USER = '{user}'");
+    let connections_of_the_account = || async {
+        let row = root.query_one_raw(Statement::from_string(DbBackend::MySql, count_sql.clone())).await;
+        row.expect("processlist").expect("a count").try_get::<i64>("", "n").expect("n")
+    };
+
+    // The account's two connections: the store's one, held by a transaction, and another
+    // process's. Anything more the store does needs a third, which the server refuses.
+    let impatient = connect(300).await;
+    let other = sea_orm::Database::connect(url.as_str()).await.expect("the other process connects");
+    let held = hold_the_one_connection(&impatient).await;
+    let error = impatient
+        .insert_arrivals(std::slice::from_ref(&saga), "c1", LEASE_MS, "c1")
+        .await
+        .expect_err("the server is full for longer than the timeout");
+    assert!(error.to_string().contains("1226"), "the server's refusal is the error: {error}");
+    assert!(impatient.stats().refused > 0, "the store asked again before giving up");
+    assert_eq!(db.store.get(&saga.biz_id).await.expect("read"), None, "nothing was written");
+    drop(held);
+    impatient.close().await.expect("close");
+    // The server counts a closed connection out a moment after the client has closed it.
+    until("the server to count the closed store out", || async { connections_of_the_account().await == 1 }).await;
+
+    let patient = connect(60_000).await;
+    let held = hold_the_one_connection(&patient).await;
+    let insert = tokio::spawn({
+        let (patient, saga) = (patient.clone(), saga.clone());
+        async move { patient.insert_arrivals(&[saga], "c1", LEASE_MS, "c1").await }
+    });
+    until("the server to refuse the store a connection", || async { patient.stats().refused > 0 }).await;
+    assert!(!insert.is_finished(), "the insert waits while the server is full");
+    other.close().await.expect("the other process goes");
+    let arrivals = insert.await.expect("join").expect("the insert lands once a connection is free");
+    assert!(matches!(arrivals.as_slice(), [Arrival::Fresh(stored)] if stored.biz_id == saga.biz_id), "{arrivals:?}");
+    assert!(db.store.get(&saga.biz_id).await.expect("read").is_some(), "the row is there");
+    drop(held);
+    patient.close().await.expect("close");
+}
+
+/// Drops a test's account when the test ends, passed or not.
+struct DropUser {
+    url: String,
+    user: String,
+}
+
+impl Drop for DropUser {
+    fn drop(&mut self) {
+        let (url, sql) = (self.url.clone(), format!("DROP USER IF EXISTS '{}'@'%'", self.user));
+        // Drop runs inside the test's runtime; a thread with its own runtime can block on it.
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            runtime.block_on(async {
+                let db = sea_orm::Database::connect(url.as_str()).await.expect("connect to drop the account");
+                db.execute_unprepared(&sql).await.expect("drop the account");
+                db.close().await.ok();
+            });
+        })
+        .join();
+        if dropped.is_err() {
+            eprintln!("note: could not drop the test account {}", self.user);
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! A server that is full refuses new connections: MySQL error 1040 ("Too many connections"),
+//! 1203 when the server's `max_user_connections` is reached for the account, or 1226 when the
+//! account's own `MAX_USER_CONNECTIONS` is. The pool passes that on
+//! at once, as the operation's error, although nothing of the operation has run: the
+//! connection it would have run on was never opened. Left so, every drive that needs a new
+//! connection while the server is full fails, and its saga waits for its lease to expire.
+//!
+//! The store's operations wait instead, as they wait for a pooled connection that is busy:
+//! they ask again after 10, 20, 40 ... ms (at most [`PAUSE_MAX`] apart), for up to
+//! `database.acquire_timeout_ms`, and then fail with the server's error. Meanwhile a
+//! connection of the pool's own may come free and serve them. Only a refusal is waited out;
+//! every other error is the operation's, as before.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use sea_orm::{DatabaseTransaction, DbErr, RuntimeErr, TransactionTrait, sqlx};
+
+use crate::Store;
+use crate::error::{Context, Error};
+
+/// The first pause after a refusal; each further pause doubles, up to [`PAUSE_MAX`].
+const PAUSE_FIRST: Duration = Duration::from_millis(10);
+/// The longest pause between two tries.
+const PAUSE_MAX: Duration = Duration::from_millis(250);
+
+/// MySQL's `ER_CON_COUNT_ERROR`: the server has `max_connections` connections open.
+const TOO_MANY_CONNECTIONS: u16 = 1040;
+/// MySQL's `ER_TOO_MANY_USER_CONNECTIONS`: the account has the server's `max_user_connections` open.
+const TOO_MANY_USER_CONNECTIONS: u16 = 1203;
+/// MySQL's `ER_USER_LIMIT_REACHED`: the account has reached one of its own resource limits, its
+/// `MAX_USER_CONNECTIONS` among them. The hourly limits give it too; waiting those out fails
+/// the same way, only later.
+const USER_LIMIT_REACHED: u16 = 1226;
+
+/// An error that may be the server refusing a new connection.
+pub(crate) trait Refusal {
+    /// The server refused to open a connection because it (or the account) has as many as it
+    /// allows: nothing was run, and the same operation can be tried again.
+    fn refused(&self) -> bool;
+}
+
+impl Refusal for DbErr {
+    fn refused(&self) -> bool {
+        // The pool's errors in opening a connection; a statement's own errors are `Exec` or `Query`.
+        let DbErr::Conn(RuntimeErr::SqlxError(error)) = self else { return false };
+        let sqlx::Error::Database(error) = error.as_ref() else { return false };
+        error.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>().is_some_and(|mysql| {
+            matches!(mysql.number(), TOO_MANY_CONNECTIONS | TOO_MANY_USER_CONNECTIONS | USER_LIMIT_REACHED)
+        })
+    }
+}
+
+impl Refusal for Error {
+    fn refused(&self) -> bool {
+        match self {
+            Error::Db { source, .. } => source.refused(),
+            _ => false,
+        }
+    }
+}
+
+impl Store {
+    /// Runs `attempt`, and runs it again while the server refuses it a connection, for up to
+    /// `database.acquire_timeout_ms` (see the module's doc). `attempt` must be one statement,
+    /// or the start of a transaction: whatever it does is undone by a refusal's having
+    /// happened before it.
+    pub(crate) async fn patiently<T, E, F, Fut>(&self, operation: &'static str, mut attempt: F) -> Result<T, E>
+    where
+        E: Refusal + std::fmt::Display,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let started = Instant::now();
+        let mut pause = PAUSE_FIRST;
+        loop {
+            match attempt().await {
+                Err(error) if error.refused() => {
+                    let waited = started.elapsed();
+                    if waited >= self.patience {
+                        tracing::warn!(operation, waited_ms = waited.as_millis() as u64, %error,
+                            "the database kept refusing new connections; giving up on this operation \
+                             (are the pools of all instances together larger than the server's max_connections?)");
+                        return Err(error);
+                    }
+                    self.stats.refused();
+                    tracing::debug!(operation, %error, "the database refused a new connection; asking again");
+                    tokio::time::sleep(pause.min(self.patience - waited)).await;
+                    pause = (pause * 2).min(PAUSE_MAX);
+                }
+                result => return result,
+            }
+        }
+    }
+
+    /// Begins a transaction, waiting out a server that refuses new connections.
+    pub(crate) async fn begin(
+        &self,
+        operation: &'static str,
+        biz_id: Option<&str>,
+    ) -> Result<DatabaseTransaction, Error> {
+        self.patiently(operation, || self.db.begin()).await.during(operation, biz_id)
+    }
+}
