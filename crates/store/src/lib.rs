@@ -16,6 +16,7 @@
 //! - The transition-log row, and any business, outbox or ticket row, is written in the same
 //!   transaction as the saga UPDATE it belongs to.
 
+mod budget;
 mod clock;
 mod dialect;
 pub mod entity;
@@ -44,6 +45,7 @@ use midflight_config::DatabaseSection;
 use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbBackend};
 use sea_orm_migration::MigratorTrait;
 
+pub use budget::ConnectionBudget;
 pub use error::Error;
 pub use finding::{FindingTicket, LOGISTICS_LEDGER_STEP, TicketOutcome, WMS_LEDGER_STEP};
 pub use inbox::{Arrival, Received};
@@ -123,6 +125,7 @@ impl Store {
             .map_err(|source| Error::Connect { url: midflight_config::redact_url(&section.url), source })?;
         let mut store = Store::from_connection(db).await?;
         store.patience = Duration::from_millis(section.acquire_timeout_ms);
+        store.log_connection_budget(section.max_connections).await;
         if section.group_commit_max > 1 {
             // SQLite has one writer at a time: concurrent groups would only wait on each other.
             // Everything else (inbox, leases, relay, reads) keeps at least one connection.

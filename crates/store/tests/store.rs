@@ -943,3 +943,26 @@ impl Drop for DropUser {
         }
     }
 }
+
+/// The server's connection limits as a store reads them (logged at connect, beside the pool):
+/// the values the server itself shows; SQLite has no server and no limits.
+async fn budget_is_the_servers(db: &TestDb) {
+    let budget = db.store.connection_budget().await.expect("read the limits");
+    let Engine::MySql = db.engine else {
+        assert_eq!(budget, None, "SQLite has no connection limit");
+        return;
+    };
+    let budget = budget.expect("MySQL has limits");
+    let shown = |sql: &'static str| async move {
+        let row = db.store.connection().query_one_raw(Statement::from_string(DbBackend::MySql, sql)).await;
+        let value = row.expect("show").expect("a row").try_get_by_index::<String>(1).expect("value");
+        value.parse::<u64>().expect("a number")
+    };
+    assert_eq!(budget.server_max, shown("SHOW VARIABLES LIKE 'max_connections'").await);
+    assert_eq!(budget.per_account_max, shown("SHOW VARIABLES LIKE 'max_user_connections'").await);
+    assert!(budget.connected >= 1, "this store's own connection is open: {budget:?}");
+    assert_eq!(budget.shortfall(1), None, "one connection fits: {budget:?}");
+    let too_many = u32::try_from(budget.server_max + 1).expect("fits");
+    assert!(budget.shortfall(too_many).is_some(), "a pool larger than the server is named");
+}
+both_engines!(connection_budget_is_read_from_the_server, budget_is_the_servers);
