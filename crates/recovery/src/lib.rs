@@ -60,7 +60,8 @@ pub async fn run(config: RecoveryConfig, shutdown: CancellationToken) -> Result<
         config.recovery.clone(),
         shutdown.clone(),
     );
-    let actor = format!("recovery:{}", worker.owner());
+    let owner = worker.owner().to_owned();
+    let actor = format!("recovery:{owner}");
     let reconciler = Reconciler::new(store.clone(), downstreams, config.reconcile.clone(), actor);
     telemetry::observe(&worker.stats());
     // The table is sampled only for someone who reads metrics: off by default, it costs no query.
@@ -74,6 +75,15 @@ pub async fn run(config: RecoveryConfig, shutdown: CancellationToken) -> Result<
     if let Some(sampler) = sampler {
         sampler.await.ok();
     }
+    let stats = store.stats();
+    tracing::info!(
+        owner,
+        write_txns = stats.write_txns,
+        transitions = stats.transitions,
+        retried = stats.retried,
+        refused = stats.refused,
+        "recovery worker stopped"
+    );
     store.close().await?;
     Ok(())
 }

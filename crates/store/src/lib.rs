@@ -15,6 +15,9 @@
 //!   never decides whether a lease is live.
 //! - The transition-log row, and any business, outbox or ticket row, is written in the same
 //!   transaction as the saga UPDATE it belongs to.
+//! - A new connection the server refuses because it is full is asked for again, for up to
+//!   `database.acquire_timeout_ms`, before a transaction begins or a single statement runs
+//!   (`refused.rs`); at connect the server's limit is logged beside the pool (`budget.rs`).
 
 mod budget;
 mod clock;

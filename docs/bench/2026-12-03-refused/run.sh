@@ -1,0 +1,17 @@
+#!/bin/bash
+# 8 consumers at the default pool of 32 (the lab's recovery worker at 16) against MariaDB's 151
+# connections, peak only, before and after the store waited out refused connections.
+# before, before2: release build of 3aa3dfc (built in a worktree, its own target directory);
+# wait: release build of 58f6c66; wait2: of a6187a8 (the same, plus the connect-time log).
+# The first pair (before, then wait) was run by hand with the same command; the second
+# (wait2, then before2) by this script. The server's connections are sampled every second
+# by ../2026-12-03-pools/sample.sh.
+cd /work/main
+export MIDFLIGHT_LAB_MYSQL_URL=mysql://root@127.0.0.1:3306/test
+for spec in "wait2:target/release/midflight-lab" "before2:/tmp/oldtarget/release/midflight-lab"; do
+  name=${spec%%:*}; lab=${spec#*:}
+  $lab bench --systems midflight-mariadb --consumers 8 --phases peak --seconds 30 --ceiling-seconds 1 --consumer-set database.max_connections=32 --out run/rec/pool32-$name > run/rec/pool32-$name.log 2>&1 &
+  sleep 5
+  bash docs/bench/2026-12-03-pools/sample.sh > run/rec/pool32-$name-conn.txt 2>&1
+  wait
+done
