@@ -98,6 +98,8 @@ pub struct Store {
     /// How long an operation waits out a server that refuses new connections (it is full):
     /// `database.acquire_timeout_ms`.
     patience: Duration,
+    /// Rate-limits the warning that the server is refusing connections.
+    notice: std::sync::Arc<refused::RefusalNotice>,
 }
 
 impl Store {
@@ -155,7 +157,15 @@ impl Store {
         }
         let clock = clock::DbClock::measure(&db, backend).await?;
         let patience = Duration::from_millis(DatabaseSection::default().acquire_timeout_ms);
-        Ok(Store { db, backend, clock, stats: std::sync::Arc::default(), group: None, patience })
+        Ok(Store {
+            db,
+            backend,
+            clock,
+            stats: std::sync::Arc::default(),
+            group: None,
+            patience,
+            notice: std::sync::Arc::default(),
+        })
     }
 
     /// Applies any migration file the database does not have yet.

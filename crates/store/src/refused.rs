@@ -12,6 +12,7 @@
 //! every other error is the operation's, as before.
 
 use std::future::Future;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use sea_orm::{DatabaseTransaction, DbErr, RuntimeErr, TransactionTrait, sqlx};
@@ -23,6 +24,9 @@ use crate::error::{Context, Error};
 const PAUSE_FIRST: Duration = Duration::from_millis(10);
 /// The longest pause between two tries.
 const PAUSE_MAX: Duration = Duration::from_millis(250);
+
+/// Refusals are logged as a warning at most this often per store (and as debug each time).
+const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// MySQL's `ER_CON_COUNT_ERROR`: the server has `max_connections` connections open.
 const TOO_MANY_CONNECTIONS: u16 = 1040;
@@ -60,6 +64,29 @@ impl Refusal for Error {
     }
 }
 
+/// When refusals were last logged as a warning, and the store's count of them then.
+#[derive(Debug, Default)]
+pub(crate) struct RefusalNotice {
+    last: Mutex<Option<(Instant, u64)>>,
+}
+
+impl RefusalNotice {
+    /// Warns of a refusal, `total` the store's count of them so far, unless a warning was
+    /// logged less than [`WARN_EVERY`] ago; returns whether it warned.
+    fn refused(&self, total: u64, operation: &'static str, error: &dyn std::fmt::Display) -> bool {
+        let mut last = self.last.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if last.is_some_and(|(at, _)| at.elapsed() < WARN_EVERY) {
+            return false;
+        }
+        let since = total - last.map_or(0, |(_, then)| then);
+        *last = Some((Instant::now(), total));
+        tracing::warn!(operation, refused = since, %error,
+            "the database refused new connections (it is full); operations wait and ask again for up to \
+             database.acquire_timeout_ms (refused is the count since the last such warning)");
+        true
+    }
+}
+
 impl Store {
     /// Runs `attempt`, and runs it again while the server refuses it a connection, for up to
     /// `database.acquire_timeout_ms` (see the module's doc). `attempt` must be one statement,
@@ -83,7 +110,8 @@ impl Store {
                              (are the pools of all instances together larger than the server's max_connections?)");
                         return Err(error);
                     }
-                    self.stats.refused();
+                    let total = self.stats.refused();
+                    let _warned = self.notice.refused(total, operation, &error);
                     tracing::debug!(operation, %error, "the database refused a new connection; asking again");
                     tokio::time::sleep(pause.min(self.patience - waited)).await;
                     pause = (pause * 2).min(PAUSE_MAX);
@@ -100,5 +128,21 @@ impl Store {
         biz_id: Option<&str>,
     ) -> Result<DatabaseTransaction, Error> {
         self.patiently(operation, || self.db.begin()).await.during(operation, biz_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RefusalNotice;
+
+    #[test]
+    fn refusals_are_warned_of_once_in_a_while() {
+        let notice = RefusalNotice::default();
+        assert!(notice.refused(1, "read saga", &"1040"), "the first refusal is warned of");
+        assert!(!notice.refused(2, "read saga", &"1040"), "the next one, right after, is not");
+        assert!(!notice.refused(3, "begin transition", &"1040"), "nor is another operation's");
+        *notice.last.lock().expect("lock") =
+            Some((std::time::Instant::now().checked_sub(super::WARN_EVERY).expect("up 10 s"), 3));
+        assert!(notice.refused(4, "read saga", &"1040"), "once the interval has passed, it is again");
     }
 }

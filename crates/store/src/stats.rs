@@ -69,8 +69,9 @@ impl Stats {
         self.retried.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn refused(&self) {
-        self.refused.fetch_add(1, Ordering::Relaxed);
+    /// Counts a refused connection; returns the count with it.
+    pub(crate) fn refused(&self) -> u64 {
+        self.refused.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     pub(crate) fn read(&self) -> StoreStats {
