@@ -105,7 +105,9 @@ pub struct DatabaseSection {
     pub max_connections: u32,
     /// How long to wait for a free connection before the operation fails. A server that
     /// refuses a new connection because it is full (MySQL 1040, or 1203 and 1226 for an
-    /// account's limits) is waited out as long: the store asks again, 10 ms to 250 ms apart.
+    /// account's limits) is waited out as long, at every transaction's begin and around the
+    /// single statements of the consumer's and the recovery worker's hot paths: the store asks
+    /// again, 10 ms to 250 ms apart.
     pub acquire_timeout_ms: u64,
     /// How long to wait for a new connection to be established.
     pub connect_timeout_ms: u64,

@@ -66,9 +66,11 @@ impl Store {
             .await
             .during(operation, None)?
             .ok_or_else(|| Error::Invalid("the server returned no connection limits".to_owned()))?;
-        // MariaDB allows -1 in `max_user_connections` (no new connections for the account).
-        let server_max = row.try_get::<i64>("", "server_max").during(operation, None)?.max(0) as u64;
-        let per_account_max = row.try_get::<i64>("", "per_account_max").during(operation, None)?.max(0) as u64;
+        // MariaDB allows -1 in `max_user_connections`, which admits no new connection for the
+        // accounts it applies to; this one is connected, so it is not one of them: read as 0.
+        let server_max = u64::try_from(row.try_get::<i64>("", "server_max").during(operation, None)?).unwrap_or(0);
+        let per_account_max =
+            u64::try_from(row.try_get::<i64>("", "per_account_max").during(operation, None)?).unwrap_or(0);
         let sql = "SHOW GLOBAL STATUS LIKE 'Threads_connected'";
         let row = self
             .patiently(operation, || self.db.query_one_raw(Statement::from_string(self.backend, sql)))

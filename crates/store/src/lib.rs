@@ -15,9 +15,10 @@
 //!   never decides whether a lease is live.
 //! - The transition-log row, and any business, outbox or ticket row, is written in the same
 //!   transaction as the saga UPDATE it belongs to.
-//! - A new connection the server refuses because it is full is asked for again, for up to
-//!   `database.acquire_timeout_ms`, before a transaction begins or a single statement runs
-//!   (`refused.rs`); at connect the server's limit is logged beside the pool (`budget.rs`).
+//! - A new connection the server refuses because it is full is asked for again, until
+//!   `database.acquire_timeout_ms` has passed, at every transaction's begin and around the
+//!   single statements of the hot paths (`refused.rs` says which); at connect the server's
+//!   limit is logged beside the pool (`budget.rs`).
 
 mod budget;
 mod clock;
@@ -95,11 +96,8 @@ pub struct Store {
     stats: std::sync::Arc<stats::Stats>,
     /// Where transitions go when they are grouped ([`DatabaseSection::group_commit_max`] > 1).
     group: Option<std::sync::Arc<group::GroupCommit>>,
-    /// How long an operation waits out a server that refuses new connections (it is full):
-    /// `database.acquire_timeout_ms`.
-    patience: Duration,
-    /// Rate-limits the warning that the server is refusing connections.
-    notice: std::sync::Arc<refused::RefusalNotice>,
+    /// How operations wait out a server that refuses new connections (it is full).
+    patience: refused::Patience,
 }
 
 impl Store {
@@ -128,8 +126,7 @@ impl Store {
         let db = Database::connect(options)
             .await
             .map_err(|source| Error::Connect { url: midflight_config::redact_url(&section.url), source })?;
-        let mut store = Store::from_connection(db).await?;
-        store.patience = Duration::from_millis(section.acquire_timeout_ms);
+        let mut store = Store::with_patience(db, Duration::from_millis(section.acquire_timeout_ms)).await?;
         store.log_connection_budget(section.max_connections).await;
         if section.group_commit_max > 1 {
             // SQLite has one writer at a time: concurrent groups would only wait on each other.
@@ -151,21 +148,20 @@ impl Store {
 
     /// Wraps an existing connection (tests, tools).
     pub async fn from_connection(db: DatabaseConnection) -> Result<Store, Error> {
+        Store::with_patience(db, Duration::from_millis(DatabaseSection::default().acquire_timeout_ms)).await
+    }
+
+    /// Wraps `db`, waiting out refused connections for `wait` (`database.acquire_timeout_ms`).
+    async fn with_patience(db: DatabaseConnection, wait: Duration) -> Result<Store, Error> {
         let backend = db.get_database_backend();
         if !matches!(backend, DbBackend::MySql | DbBackend::Sqlite) {
             return Err(Error::Invalid(format!("unsupported database backend {backend:?}: use MySQL or SQLite")));
         }
-        let clock = clock::DbClock::measure(&db, backend).await?;
-        let patience = Duration::from_millis(DatabaseSection::default().acquire_timeout_ms);
-        Ok(Store {
-            db,
-            backend,
-            clock,
-            stats: std::sync::Arc::default(),
-            group: None,
-            patience,
-            notice: std::sync::Arc::default(),
-        })
+        let patience = refused::Patience { wait, stats: std::sync::Arc::default(), notice: std::sync::Arc::default() };
+        let operation = "read the database clock";
+        let clock = patience.run(operation, || clock::DbClock::measure(&db, backend)).await?;
+        let stats = patience.stats.clone();
+        Ok(Store { db, backend, clock, stats, group: None, patience })
     }
 
     /// Applies any migration file the database does not have yet.

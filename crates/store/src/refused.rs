@@ -1,24 +1,29 @@
 //! A server that is full refuses new connections: MySQL error 1040 ("Too many connections"),
 //! 1203 when the server's `max_user_connections` is reached for the account, or 1226 when the
-//! account's own `MAX_USER_CONNECTIONS` is. The pool passes that on
-//! at once, as the operation's error, although nothing of the operation has run: the
-//! connection it would have run on was never opened. Left so, every drive that needs a new
-//! connection while the server is full fails, and its saga waits for its lease to expire.
+//! account's own `MAX_USER_CONNECTIONS` is. The pool passes that on at once, as the operation's
+//! error, although nothing of the operation has run: the connection it would have run on was
+//! never opened. Left so, every drive that needs a new connection while the server is full
+//! fails, and its saga waits for its lease to expire.
 //!
-//! The store's operations wait instead, as they wait for a pooled connection that is busy:
-//! they ask again after 10, 20, 40 ... ms (at most [`PAUSE_MAX`] apart), for up to
-//! `database.acquire_timeout_ms`, and then fail with the server's error. Meanwhile a
-//! connection of the pool's own may come free and serve them. Only a refusal is waited out;
-//! every other error is the operation's, as before.
+//! The operations of the hot paths wait instead, as they wait for a pooled connection that is
+//! busy: every transaction's begin, and the single statements of the consumer's drives, inbox
+//! and outbox relay and of the recovery worker's claims and scans (and the clock reading at
+//! connect). They ask again after 10, 20, 40 ... ms (at most [`PAUSE_MAX`] apart) until
+//! `database.acquire_timeout_ms` has passed since the first try, and then fail with the
+//! server's error; meanwhile a connection of the pool's own may come free and serve them. The
+//! operator's and reconciliation's reads and ticket writes are not wrapped: they fail at once,
+//! and their callers try again later. Only a refusal is waited out; every other error is the
+//! operation's, as before.
 
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sea_orm::{DatabaseTransaction, DbErr, RuntimeErr, TransactionTrait, sqlx};
 
 use crate::Store;
 use crate::error::{Context, Error};
+use crate::stats::Stats;
 
 /// The first pause after a refusal; each further pause doubles, up to [`PAUSE_MAX`].
 const PAUSE_FIRST: Duration = Duration::from_millis(10);
@@ -78,7 +83,7 @@ impl RefusalNotice {
         if last.is_some_and(|(at, _)| at.elapsed() < WARN_EVERY) {
             return false;
         }
-        let since = total - last.map_or(0, |(_, then)| then);
+        let since = total.saturating_sub(last.map_or(0, |(_, then)| then));
         *last = Some((Instant::now(), total));
         tracing::warn!(operation, refused = since, %error,
             "the database refused new connections (it is full); operations wait and ask again for up to \
@@ -87,12 +92,21 @@ impl RefusalNotice {
     }
 }
 
-impl Store {
-    /// Runs `attempt`, and runs it again while the server refuses it a connection, for up to
-    /// `database.acquire_timeout_ms` (see the module's doc). `attempt` must be one statement,
-    /// or the start of a transaction: whatever it does is undone by a refusal's having
-    /// happened before it.
-    pub(crate) async fn patiently<T, E, F, Fut>(&self, operation: &'static str, mut attempt: F) -> Result<T, E>
+/// What waiting out refusals needs: how long, and where each refusal is counted and told.
+#[derive(Debug, Clone)]
+pub(crate) struct Patience {
+    /// `database.acquire_timeout_ms`.
+    pub(crate) wait: Duration,
+    pub(crate) stats: Arc<Stats>,
+    pub(crate) notice: Arc<RefusalNotice>,
+}
+
+impl Patience {
+    /// Runs `attempt`, and runs it again while the server refuses it a connection, until
+    /// [`Patience::wait`] has passed since the first try (see the module's doc; an attempt's
+    /// own wait for a pooled connection comes on top). `attempt` must be one statement, reads
+    /// only, or the start of a transaction: a refusal comes before any of it has run.
+    pub(crate) async fn run<T, E, F, Fut>(&self, operation: &'static str, mut attempt: F) -> Result<T, E>
     where
         E: Refusal + std::fmt::Display,
         F: FnMut() -> Fut,
@@ -104,21 +118,33 @@ impl Store {
             match attempt().await {
                 Err(error) if error.refused() => {
                     let waited = started.elapsed();
-                    if waited >= self.patience {
-                        tracing::warn!(operation, waited_ms = waited.as_millis() as u64, %error,
-                            "the database kept refusing new connections; giving up on this operation \
-                             (are the pools of all instances together larger than the server's max_connections?)");
+                    if waited >= self.wait {
+                        // The caller logs the operation's failure; the notice has told of the refusals.
+                        tracing::debug!(operation, waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+                            %error, "the database kept refusing new connections; giving up on this operation");
                         return Err(error);
                     }
                     let total = self.stats.refused();
                     let _warned = self.notice.refused(total, operation, &error);
                     tracing::debug!(operation, %error, "the database refused a new connection; asking again");
-                    tokio::time::sleep(pause.min(self.patience - waited)).await;
+                    tokio::time::sleep(pause.min(self.wait - waited)).await;
                     pause = (pause * 2).min(PAUSE_MAX);
                 }
                 result => return result,
             }
         }
+    }
+}
+
+impl Store {
+    /// [`Patience::run`] with this store's patience.
+    pub(crate) async fn patiently<T, E, F, Fut>(&self, operation: &'static str, attempt: F) -> Result<T, E>
+    where
+        E: Refusal + std::fmt::Display,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        self.patience.run(operation, attempt).await
     }
 
     /// Begins a transaction, waiting out a server that refuses new connections.

@@ -1,9 +1,10 @@
 #!/bin/bash
 # 8 consumers at the default pool of 32 (the lab's recovery worker at 16) against MariaDB's 151
 # connections, peak only, before and after the store waited out refused connections.
-# before, before2: release build of 3aa3dfc (built in a worktree, its own target directory);
-# wait: release build of 58f6c66; wait2: of a6187a8 (the same, plus the connect-time log).
-# The first pair (before, then wait) was run by hand with the same command; the second
+# before, before2: release build of 3aa3dfc (built in a worktree, with a hard-linked copy of the
+# main target directory as its own); wait: release build of 58f6c66; wait2: meant to be a6187a8,
+# but its binaries held 58f6c66's store (a stale build: BENCHMARKS.md says how).
+# The first pair (wait, then before) was run by hand with the same command; the second
 # (wait2, then before2) by this script. The server's connections are sampled every second
 # by ../2026-12-03-pools/sample.sh.
 cd /work/main
