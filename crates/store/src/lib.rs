@@ -157,7 +157,12 @@ impl Store {
         if !matches!(backend, DbBackend::MySql | DbBackend::Sqlite) {
             return Err(Error::Invalid(format!("unsupported database backend {backend:?}: use MySQL or SQLite")));
         }
-        let patience = refused::Patience { wait, stats: std::sync::Arc::default(), notice: std::sync::Arc::default() };
+        let patience = refused::Patience {
+            wait,
+            stats: std::sync::Arc::default(),
+            notice: std::sync::Arc::default(),
+            turn: std::sync::Arc::default(),
+        };
         let operation = "read the database clock";
         let clock = patience.run(operation, || clock::DbClock::measure(&db, backend)).await?;
         let stats = patience.stats.clone();

@@ -25,7 +25,7 @@ use crate::Store;
 use crate::error::{Context, Error};
 use crate::stats::Stats;
 
-/// The first pause after a refusal; each further pause doubles, up to [`PAUSE_MAX`].
+/// The first pause after a retry that was refused; each further pause doubles, up to [`PAUSE_MAX`].
 const PAUSE_FIRST: Duration = Duration::from_millis(10);
 /// The longest pause between two tries.
 const PAUSE_MAX: Duration = Duration::from_millis(250);
@@ -99,6 +99,23 @@ pub(crate) struct Patience {
     pub(crate) wait: Duration,
     pub(crate) stats: Arc<Stats>,
     pub(crate) notice: Arc<RefusalNotice>,
+    /// The store's one turn at asking again, and the pause before the next turn's try: after
+    /// a refusal an operation queues here, so a full server sees this store's first tries and
+    /// one retry at a time, not one from every waiting operation.
+    pub(crate) turn: Arc<tokio::sync::Mutex<Turn>>,
+}
+
+/// The state of the store's turn at asking again.
+#[derive(Debug)]
+pub(crate) struct Turn {
+    /// How long the next try waits first; zero after a try that was served.
+    pause: Duration,
+}
+
+impl Default for Turn {
+    fn default() -> Turn {
+        Turn { pause: Duration::ZERO }
+    }
 }
 
 impl Patience {
@@ -106,31 +123,48 @@ impl Patience {
     /// [`Patience::wait`] has passed since the first try (see the module's doc; an attempt's
     /// own wait for a pooled connection comes on top). `attempt` must be one statement, reads
     /// only, or the start of a transaction: a refusal comes before any of it has run.
+    ///
+    /// The first try is the operation's own. Each retry waits for the store's turn (first
+    /// come, first served), pauses while holding it if the turn's last try was refused too
+    /// (10 ms, doubling to [`PAUSE_MAX`]), and tries once. A try that is served resets the
+    /// pause, so while connections come free the queue moves at the speed of the operations.
     pub(crate) async fn run<T, E, F, Fut>(&self, operation: &'static str, mut attempt: F) -> Result<T, E>
     where
         E: Refusal + std::fmt::Display,
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        let started = Instant::now();
-        let mut pause = PAUSE_FIRST;
+        // tokio's clock, which the pauses and the wait for the turn run on.
+        let started = tokio::time::Instant::now();
+        let mut error = match attempt().await {
+            Err(error) if error.refused() => error,
+            result => return result,
+        };
         loop {
+            let total = self.stats.refused();
+            let _warned = self.notice.refused(total, operation, &error);
+            let left = self.wait.saturating_sub(started.elapsed());
+            let turn = match tokio::time::timeout(left, self.turn.lock()).await {
+                Ok(turn) if !left.is_zero() => Some(turn),
+                _ => None,
+            };
+            let Some(mut turn) = turn else {
+                // The caller logs the operation's failure; the notice has told of the refusals.
+                tracing::debug!(operation, %error, "the database kept refusing new connections; giving up on this operation");
+                return Err(error);
+            };
+            let left = self.wait.saturating_sub(started.elapsed());
+            tokio::time::sleep(turn.pause.min(left)).await;
+            tracing::debug!(operation, %error, "the database refused a new connection; asking again");
             match attempt().await {
-                Err(error) if error.refused() => {
-                    let waited = started.elapsed();
-                    if waited >= self.wait {
-                        // The caller logs the operation's failure; the notice has told of the refusals.
-                        tracing::debug!(operation, waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
-                            %error, "the database kept refusing new connections; giving up on this operation");
-                        return Err(error);
-                    }
-                    let total = self.stats.refused();
-                    let _warned = self.notice.refused(total, operation, &error);
-                    tracing::debug!(operation, %error, "the database refused a new connection; asking again");
-                    tokio::time::sleep(pause.min(self.wait - waited)).await;
-                    pause = (pause * 2).min(PAUSE_MAX);
+                Err(refused) if refused.refused() => {
+                    turn.pause = (turn.pause * 2).clamp(PAUSE_FIRST, PAUSE_MAX);
+                    error = refused;
                 }
-                result => return result,
+                result => {
+                    turn.pause = Duration::ZERO;
+                    return result;
+                }
             }
         }
     }
@@ -159,7 +193,106 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use super::RefusalNotice;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use super::{Patience, Refusal, RefusalNotice};
+
+    /// A refusal, as a test's attempt reports it.
+    #[derive(Debug)]
+    struct Full;
+
+    impl Refusal for Full {
+        fn refused(&self) -> bool {
+            true
+        }
+    }
+
+    impl std::fmt::Display for Full {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("1040: Too many connections")
+        }
+    }
+
+    /// A server that refuses while `full` is set, and what 20 operations asked of it.
+    #[derive(Default)]
+    struct Server {
+        full: AtomicBool,
+        tries: AtomicUsize,
+        retrying: AtomicUsize,
+        retrying_max: AtomicUsize,
+    }
+
+    /// Runs 20 operations at once against `server`; returns how many were served.
+    async fn twenty(patience: &Patience, server: &Arc<Server>) -> usize {
+        let operations = (0..20).map(|_| {
+            let (patience, server) = (patience.clone(), server.clone());
+            tokio::spawn(async move {
+                let mut own = 0;
+                patience
+                    .run("test", || {
+                        own += 1;
+                        let (server, retry) = (server.clone(), own > 1);
+                        async move {
+                            server.tries.fetch_add(1, Ordering::SeqCst);
+                            let now = if retry { server.retrying.fetch_add(1, Ordering::SeqCst) + 1 } else { 0 };
+                            server.retrying_max.fetch_max(now, Ordering::SeqCst);
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                            if retry {
+                                server.retrying.fetch_sub(1, Ordering::SeqCst);
+                            }
+                            if server.full.load(Ordering::SeqCst) { Err(Full) } else { Ok(()) }
+                        }
+                    })
+                    .await
+            })
+        });
+        let results = futures::future::join_all(operations).await;
+        results.into_iter().filter(|result| matches!(result, Ok(Ok(())))).count()
+    }
+
+    fn patience(wait_ms: u64) -> Patience {
+        Patience {
+            wait: Duration::from_millis(wait_ms),
+            stats: Arc::default(),
+            notice: Arc::default(),
+            turn: Arc::default(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn operations_ask_again_one_at_a_time_and_are_served_when_the_server_frees() {
+        let server = Arc::new(Server::default());
+        server.full.store(true, Ordering::SeqCst);
+        let freed = tokio::spawn({
+            let server = server.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                server.full.store(false, Ordering::SeqCst);
+            }
+        });
+        let patience = patience(5_000);
+        assert_eq!(twenty(&patience, &server).await, 20, "every operation is served once the server frees");
+        freed.await.expect("join");
+        assert_eq!(server.retrying_max.load(Ordering::SeqCst), 1, "one retry at a time");
+        let tries = server.tries.load(Ordering::SeqCst);
+        // 20 first tries; while full, about one retry per pause (10, 20 ... 250 ms: 6 in 500 ms);
+        // then one try each for the 20 queued.
+        assert!(tries <= 20 + 8 + 20, "{tries} tries");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_that_stays_full_is_asked_a_bounded_number_of_times() {
+        let server = Arc::new(Server::default());
+        server.full.store(true, Ordering::SeqCst);
+        let patience = patience(1_000);
+        assert_eq!(twenty(&patience, &server).await, 0, "every operation gives up with the refusal");
+        let tries = server.tries.load(Ordering::SeqCst);
+        // 20 first tries and one retry per pause for the store in 1 s (0, 10, 20 ... 250 ms: 9).
+        assert!(tries <= 20 + 10, "{tries} tries");
+        assert_eq!(patience.stats.read().refused, tries as u64, "every refusal is counted");
+    }
 
     #[test]
     fn refusals_are_warned_of_once_in_a_while() {
