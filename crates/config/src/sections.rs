@@ -107,7 +107,7 @@ pub struct DatabaseSection {
     /// refuses a new connection because it is full (MySQL 1040, or 1203 and 1226 for an
     /// account's limits) is waited out as long, at every transaction's begin and around the
     /// single statements of the consumer's and the recovery worker's hot paths: the store asks
-    /// again, 10 ms to 250 ms apart.
+    /// again, one operation at a time, 10 ms to 250 ms apart while it is refused.
     pub acquire_timeout_ms: u64,
     /// How long to wait for a new connection to be established.
     pub connect_timeout_ms: u64,
