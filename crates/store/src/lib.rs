@@ -162,6 +162,7 @@ impl Store {
             stats: std::sync::Arc::default(),
             notice: std::sync::Arc::default(),
             turn: std::sync::Arc::default(),
+            pause_ms: std::sync::Arc::default(),
         };
         let operation = "read the database clock";
         let clock = patience.run(operation, || clock::DbClock::measure(&db, backend)).await?;

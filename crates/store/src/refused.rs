@@ -6,20 +6,22 @@
 //! fails, and its saga waits for its lease to expire.
 //!
 //! The operations of the hot paths wait instead, as they wait for a pooled connection that is
-//! busy: every transaction's begin, and the single statements of the consumer's drives, inbox
-//! and outbox relay and of the recovery worker's claims and scans (and the clock reading at
-//! connect). After a refusal an operation queues for the store's one turn at asking again
-//! ([`Patience::run`]): while the server keeps refusing, the turn's tries are 10, 20, 40 ... ms
-//! apart (at most [`PAUSE_MAX`]), so a full server sees each store's first tries and one retry
-//! at a time, not one from every waiting operation (without the queue, one run had 28,680
-//! refusals and the database at three times its CPU per message: BENCHMARKS.md). An operation
-//! gives up with the server's error once `database.acquire_timeout_ms` has passed since its
-//! first try; meanwhile a connection of the pool's own may come free and serve it. The
-//! operator's and reconciliation's reads and ticket writes are not wrapped: they fail at once,
-//! and their callers try again later. Only a refusal is waited out; every other error is the
+//! busy: every transaction's begin (an operator's resolve included), and the single statements
+//! of the consumer's drives, inbox and outbox relay, of the recovery worker's claims, scans and
+//! lookups by request id, the clock reading and the connection-limit reading at connect. After
+//! a refusal an operation queues for the store's one turn at asking again ([`Patience::run`]):
+//! while the server keeps refusing, the turn's tries are 10, 20, 40 ... ms apart (at most
+//! [`PAUSE_MAX`]), so a full server sees each store's first tries and one retry at a time, not
+//! one from every waiting operation (without the queue, one run had 28,680 refusals and the
+//! database at three times its CPU per message: BENCHMARKS.md). Once a retry is served, the
+//! queue's operations try side by side again. An operation gives up with the server's error
+//! once `database.acquire_timeout_ms` has passed since its first try. sagactl's listings and
+//! reconciliation's ledger pages and tickets are not wrapped: they fail at once, and their
+//! callers try again later. Only a refusal is waited out; every other error is the
 //! operation's, as before.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -29,7 +31,7 @@ use crate::Store;
 use crate::error::{Context, Error};
 use crate::stats::Stats;
 
-/// The first pause after a retry that was refused; each further pause doubles, up to [`PAUSE_MAX`].
+/// The pause after a retry that was refused; each further refused retry doubles it, up to [`PAUSE_MAX`].
 const PAUSE_FIRST: Duration = Duration::from_millis(10);
 /// The longest pause between two tries.
 const PAUSE_MAX: Duration = Duration::from_millis(250);
@@ -103,35 +105,27 @@ pub(crate) struct Patience {
     pub(crate) wait: Duration,
     pub(crate) stats: Arc<Stats>,
     pub(crate) notice: Arc<RefusalNotice>,
-    /// The store's one turn at asking again, and the pause before the next turn's try: after
-    /// a refusal an operation queues here, so a full server sees this store's first tries and
-    /// one retry at a time, not one from every waiting operation.
-    pub(crate) turn: Arc<tokio::sync::Mutex<Turn>>,
-}
-
-/// The state of the store's turn at asking again.
-#[derive(Debug)]
-pub(crate) struct Turn {
-    /// How long the next try waits first; zero after a try that was served.
-    pause: Duration,
-}
-
-impl Default for Turn {
-    fn default() -> Turn {
-        Turn { pause: Duration::ZERO }
-    }
+    /// The store's one turn at asking again while the server refuses: after a refusal an
+    /// operation queues here, so a full server sees this store's first tries and one retry at
+    /// a time, not one from every waiting operation.
+    pub(crate) turn: Arc<tokio::sync::Mutex<()>>,
+    /// How long the turn's next try waits first (ms): at least 10 after a refusal, zero once
+    /// a retry was not refused.
+    pub(crate) pause_ms: Arc<AtomicU64>,
 }
 
 impl Patience {
     /// Runs `attempt`, and runs it again while the server refuses it a connection, until
-    /// [`Patience::wait`] has passed since the first try (see the module's doc; an attempt's
-    /// own wait for a pooled connection comes on top). `attempt` must be one statement, reads
-    /// only, or the start of a transaction: a refusal comes before any of it has run.
+    /// [`Patience::wait`] has passed since the first try (see the module's doc). An attempt
+    /// may run past that by its own length: its wait for a pooled connection, and its
+    /// statement's. `attempt` must be reads only, one statement, or the start of a
+    /// transaction, so that running it again after a refusal repeats no write.
     ///
     /// The first try is the operation's own. Each retry waits for the store's turn (first
-    /// come, first served), pauses while holding it if the turn's last try was refused too
-    /// (10 ms, doubling to [`PAUSE_MAX`]), and tries once. A try that is served resets the
-    /// pause, so while connections come free the queue moves at the speed of the operations.
+    /// come, first served). After a refusal the turn's holder pauses (10 ms, doubling with each
+    /// refused retry to [`PAUSE_MAX`]) and tries holding it, so the queue asks one at a time.
+    /// Once a retry is not refused, the pause is zero and each queued operation passes the
+    /// turn on at once and tries alongside the others, until the next refusal.
     pub(crate) async fn run<T, E, F, Fut>(&self, operation: &'static str, mut attempt: F) -> Result<T, E>
     where
         E: Refusal + std::fmt::Display,
@@ -144,6 +138,9 @@ impl Patience {
             Err(error) if error.refused() => error,
             result => return result,
         };
+        // The server is refusing: the queue asks one at a time until a retry is served.
+        let first = u64::try_from(PAUSE_FIRST.as_millis()).unwrap_or(u64::MAX);
+        self.pause_ms.fetch_max(first, Ordering::Relaxed);
         loop {
             let total = self.stats.refused();
             let _warned = self.notice.refused(total, operation, &error);
@@ -152,21 +149,31 @@ impl Patience {
                 Ok(turn) if !left.is_zero() => Some(turn),
                 _ => None,
             };
-            let Some(mut turn) = turn else {
+            let Some(turn) = turn else {
                 // The caller logs the operation's failure; the notice has told of the refusals.
                 tracing::debug!(operation, %error, "the database kept refusing new connections; giving up on this operation");
                 return Err(error);
             };
-            let left = self.wait.saturating_sub(started.elapsed());
-            tokio::time::sleep(turn.pause.min(left)).await;
+            let pause = Duration::from_millis(self.pause_ms.load(Ordering::Relaxed));
+            let _held = if pause.is_zero() {
+                drop(turn);
+                None
+            } else {
+                tokio::time::sleep(pause.min(self.wait.saturating_sub(started.elapsed()))).await;
+                Some(turn)
+            };
             tracing::debug!(operation, %error, "the database refused a new connection; asking again");
             match attempt().await {
                 Err(refused) if refused.refused() => {
-                    turn.pause = (turn.pause * 2).clamp(PAUSE_FIRST, PAUSE_MAX);
+                    let next = |ms: u64| {
+                        let doubled = Duration::from_millis(ms) * 2;
+                        Some(u64::try_from(doubled.clamp(PAUSE_FIRST, PAUSE_MAX).as_millis()).unwrap_or(u64::MAX))
+                    };
+                    let _ = self.pause_ms.fetch_update(Ordering::Relaxed, Ordering::Relaxed, next);
                     error = refused;
                 }
                 result => {
-                    turn.pause = Duration::ZERO;
+                    self.pause_ms.store(0, Ordering::Relaxed);
                     return result;
                 }
             }
@@ -203,19 +210,22 @@ mod tests {
 
     use super::{Patience, Refusal, RefusalNotice};
 
-    /// A refusal, as a test's attempt reports it.
-    #[derive(Debug)]
-    struct Full;
+    /// What a test's attempt fails with: a refusal, or any other error.
+    #[derive(Debug, PartialEq)]
+    enum Failure {
+        Full,
+        Other,
+    }
 
-    impl Refusal for Full {
+    impl Refusal for Failure {
         fn refused(&self) -> bool {
-            true
+            *self == Failure::Full
         }
     }
 
-    impl std::fmt::Display for Full {
+    impl std::fmt::Display for Failure {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("1040: Too many connections")
+            f.write_str(if self.refused() { "1040: Too many connections" } else { "1146: Table doesn't exist" })
         }
     }
 
@@ -237,16 +247,19 @@ mod tests {
                 patience
                     .run("test", || {
                         own += 1;
+                        // Retries are counted while the server is full: that is when they must
+                        // come one at a time.
                         let (server, retry) = (server.clone(), own > 1);
                         async move {
                             server.tries.fetch_add(1, Ordering::SeqCst);
-                            let now = if retry { server.retrying.fetch_add(1, Ordering::SeqCst) + 1 } else { 0 };
+                            let counted = retry && server.full.load(Ordering::SeqCst);
+                            let now = if counted { server.retrying.fetch_add(1, Ordering::SeqCst) + 1 } else { 0 };
                             server.retrying_max.fetch_max(now, Ordering::SeqCst);
                             tokio::time::sleep(Duration::from_millis(1)).await;
-                            if retry {
+                            if counted {
                                 server.retrying.fetch_sub(1, Ordering::SeqCst);
                             }
-                            if server.full.load(Ordering::SeqCst) { Err(Full) } else { Ok(()) }
+                            if server.full.load(Ordering::SeqCst) { Err(Failure::Full) } else { Ok(()) }
                         }
                     })
                     .await
@@ -262,6 +275,7 @@ mod tests {
             stats: Arc::default(),
             notice: Arc::default(),
             turn: Arc::default(),
+            pause_ms: Arc::default(),
         }
     }
 
@@ -279,10 +293,10 @@ mod tests {
         let patience = patience(5_000);
         assert_eq!(twenty(&patience, &server).await, 20, "every operation is served once the server frees");
         freed.await.expect("join");
-        assert_eq!(server.retrying_max.load(Ordering::SeqCst), 1, "one retry at a time");
+        assert_eq!(server.retrying_max.load(Ordering::SeqCst), 1, "one retry at a time while the server is full");
         let tries = server.tries.load(Ordering::SeqCst);
-        // 20 first tries; while full, about one retry per pause (10, 20 ... 250 ms: 6 in 500 ms);
-        // then one try each for the 20 queued.
+        // 20 first tries; while full, one retry per pause (10, 20 ... 250 ms: 6 in 500 ms);
+        // then one try each for the 20 queued, side by side once the first was served.
         assert!(tries <= 20 + 8 + 20, "{tries} tries");
     }
 
@@ -291,11 +305,30 @@ mod tests {
         let server = Arc::new(Server::default());
         server.full.store(true, Ordering::SeqCst);
         let patience = patience(1_000);
+        let started = tokio::time::Instant::now();
         assert_eq!(twenty(&patience, &server).await, 0, "every operation gives up with the refusal");
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(1_000), "they asked for the whole wait: {took:?}");
+        // At most one pause and one try past the wait.
+        assert!(took <= Duration::from_millis(1_000) + super::PAUSE_MAX + Duration::from_millis(2), "{took:?}");
         let tries = server.tries.load(Ordering::SeqCst);
-        // 20 first tries and one retry per pause for the store in 1 s (0, 10, 20 ... 250 ms: 9).
+        // 20 first tries and one retry per pause for the store in 1 s (10, 20 ... 250 ms: 8).
         assert!(tries <= 20 + 10, "{tries} tries");
         assert_eq!(patience.stats.read().refused, tries as u64, "every refusal is counted");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn any_other_error_is_the_operations_at_once() {
+        let patience = patience(5_000);
+        let mut tries = 0;
+        let result: Result<(), Failure> = patience
+            .run("test", || {
+                tries += 1;
+                async { Err(Failure::Other) }
+            })
+            .await;
+        assert_eq!((result, tries), (Err(Failure::Other), 1));
+        assert_eq!(patience.stats.read().refused, 0);
     }
 
     #[test]

@@ -38,7 +38,8 @@ pub struct StoreStats {
     /// Inbox transactions of that path that read back a row they had not inserted (another
     /// transaction inserted it meanwhile), were rolled back and took the general path.
     pub gave_way: u64,
-    /// Times an operation was refused a new connection by a full server and asked again
+    /// New connections a full server refused the store's operations: every try, the last one
+    /// of an operation that gave up included
     /// (MySQL 1040, 1203 or 1226; see `database.acquire_timeout_ms`).
     pub refused: u64,
 }
