@@ -4,9 +4,10 @@
 # before, before2: release build of 3aa3dfc (built in a worktree, with a hard-linked copy of the
 # main target directory as its own); wait: release build of 58f6c66; wait2: meant to be a6187a8,
 # but its binaries held 58f6c66's store (a stale build: BENCHMARKS.md says how); wait3: 450ab4d
-# (after cleaning and rebuilding the workspace's release artifacts); wait4, wait5: c720074.
+# (after cleaning and rebuilding the workspace's release artifacts); wait4, wait5: c720074;
+# wait6: d69b3e5.
 # The first pair (wait, then before) was run by hand with the same command; the second
-# (wait2, then before2) by this script; wait3, wait4 and wait5 by hand, one after another, the
+# (wait2, then before2) by this script; wait3 to wait6 by hand, one after another, the
 # same command with --out run/rec/pool32-waitN. The server's connections are sampled every
 # second by ../2026-12-03-pools/sample.sh; log-counts.txt as its header says.
 cd /work/main
