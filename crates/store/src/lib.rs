@@ -157,16 +157,9 @@ impl Store {
         if !matches!(backend, DbBackend::MySql | DbBackend::Sqlite) {
             return Err(Error::Invalid(format!("unsupported database backend {backend:?}: use MySQL or SQLite")));
         }
-        let patience = refused::Patience {
-            wait,
-            stats: std::sync::Arc::default(),
-            notice: std::sync::Arc::default(),
-            turn: std::sync::Arc::default(),
-            pause_ms: std::sync::Arc::default(),
-        };
+        let (patience, stats) = (refused::Patience::new(wait), std::sync::Arc::<stats::Stats>::default());
         let operation = "read the database clock";
-        let clock = patience.run(operation, || clock::DbClock::measure(&db, backend)).await?;
-        let stats = patience.stats.clone();
+        let clock = patience.run(&stats, operation, || clock::DbClock::measure(&db, backend)).await?;
         Ok(Store { db, backend, clock, stats, group: None, patience })
     }
 

@@ -98,24 +98,36 @@ impl RefusalNotice {
     }
 }
 
-/// What waiting out refusals needs: how long, and where each refusal is counted and told.
+/// How a store waits out refusals: for how long, and the queue its operations share (a clone
+/// shares it too). The refusals are counted in the store's [`Stats`].
 #[derive(Debug, Clone)]
 pub(crate) struct Patience {
     /// `database.acquire_timeout_ms`.
-    pub(crate) wait: Duration,
-    pub(crate) stats: Arc<Stats>,
-    pub(crate) notice: Arc<RefusalNotice>,
+    wait: Duration,
+    queue: Arc<Queue>,
+}
+
+/// What the operations of one store that wait out refusals share.
+#[derive(Debug, Default)]
+struct Queue {
+    notice: RefusalNotice,
     /// The store's one turn at asking again while the server refuses: after a refusal an
     /// operation queues here, so a full server sees this store's first tries and one retry at
     /// a time, not one from every waiting operation.
-    pub(crate) turn: Arc<tokio::sync::Mutex<()>>,
+    turn: tokio::sync::Mutex<()>,
     /// How long the turn's next try waits first (ms): at least 10 after a refusal, zero once
     /// a retry was not refused.
-    pub(crate) pause_ms: Arc<AtomicU64>,
+    pause_ms: AtomicU64,
 }
 
 impl Patience {
-    /// Runs `attempt`, and runs it again while the server refuses it a connection, until
+    /// Waits out refusals for `wait` (`database.acquire_timeout_ms`).
+    pub(crate) fn new(wait: Duration) -> Patience {
+        Patience { wait, queue: Arc::default() }
+    }
+
+    /// Runs `attempt`, and runs it again while the server refuses it a connection (each
+    /// refusal counted in `stats`), until
     /// [`Patience::wait`] has passed since the first try (see the module's doc). An attempt
     /// may run past that by its own length: its wait for a pooled connection, and its
     /// statement's. `attempt` must be reads only, one statement, or the start of a
@@ -126,7 +138,7 @@ impl Patience {
     /// refused retry to [`PAUSE_MAX`]) and tries holding it, so the queue asks one at a time.
     /// Once a retry is not refused, the pause is zero and each queued operation passes the
     /// turn on at once and tries alongside the others, until the next refusal.
-    pub(crate) async fn run<T, E, F, Fut>(&self, operation: &'static str, mut attempt: F) -> Result<T, E>
+    pub(crate) async fn run<T, E, F, Fut>(&self, stats: &Stats, operation: &'static str, mut attempt: F) -> Result<T, E>
     where
         E: Refusal + std::fmt::Display,
         F: FnMut() -> Fut,
@@ -140,21 +152,20 @@ impl Patience {
         };
         // The server is refusing: the queue asks one at a time until a retry is served.
         let first = u64::try_from(PAUSE_FIRST.as_millis()).unwrap_or(u64::MAX);
-        self.pause_ms.fetch_max(first, Ordering::Relaxed);
+        let queue = &*self.queue;
+        queue.pause_ms.fetch_max(first, Ordering::Relaxed);
         loop {
-            let total = self.stats.refused();
-            let _warned = self.notice.refused(total, operation, &error);
+            let _warned = queue.notice.refused(stats.refused(), operation, &error);
             let left = self.wait.saturating_sub(started.elapsed());
-            let turn = match tokio::time::timeout(left, self.turn.lock()).await {
-                Ok(turn) if !left.is_zero() => Some(turn),
-                _ => None,
+            let turn = match tokio::time::timeout(left, queue.turn.lock()).await {
+                Ok(turn) if !left.is_zero() => turn,
+                _ => {
+                    // The caller logs the operation's failure; the notice has told of the refusals.
+                    tracing::debug!(operation, %error, "the database kept refusing new connections; giving up on this operation");
+                    return Err(error);
+                }
             };
-            let Some(turn) = turn else {
-                // The caller logs the operation's failure; the notice has told of the refusals.
-                tracing::debug!(operation, %error, "the database kept refusing new connections; giving up on this operation");
-                return Err(error);
-            };
-            let pause = Duration::from_millis(self.pause_ms.load(Ordering::Relaxed));
+            let pause = Duration::from_millis(queue.pause_ms.load(Ordering::Relaxed));
             let _held = if pause.is_zero() {
                 drop(turn);
                 None
@@ -169,11 +180,11 @@ impl Patience {
                         let doubled = Duration::from_millis(ms) * 2;
                         Some(u64::try_from(doubled.clamp(PAUSE_FIRST, PAUSE_MAX).as_millis()).unwrap_or(u64::MAX))
                     };
-                    let _ = self.pause_ms.fetch_update(Ordering::Relaxed, Ordering::Relaxed, next);
+                    let _ = queue.pause_ms.fetch_update(Ordering::Relaxed, Ordering::Relaxed, next);
                     error = refused;
                 }
                 result => {
-                    self.pause_ms.store(0, Ordering::Relaxed);
+                    queue.pause_ms.store(0, Ordering::Relaxed);
                     return result;
                 }
             }
@@ -189,7 +200,7 @@ impl Store {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        self.patience.run(operation, attempt).await
+        self.patience.run(&self.stats, operation, attempt).await
     }
 
     /// Begins a transaction, waiting out a server that refuses new connections.
@@ -209,6 +220,7 @@ mod tests {
     use std::time::Duration;
 
     use super::{Patience, Refusal, RefusalNotice};
+    use crate::stats::Stats;
 
     /// What a test's attempt fails with: a refusal, or any other error.
     #[derive(Debug, PartialEq)]
@@ -239,13 +251,13 @@ mod tests {
     }
 
     /// Runs 20 operations at once against `server`; returns how many were served.
-    async fn twenty(patience: &Patience, server: &Arc<Server>) -> usize {
+    async fn twenty(patience: &Patience, stats: &Arc<Stats>, server: &Arc<Server>) -> usize {
         let operations = (0..20).map(|_| {
-            let (patience, server) = (patience.clone(), server.clone());
+            let (patience, stats, server) = (patience.clone(), stats.clone(), server.clone());
             tokio::spawn(async move {
                 let mut own = 0;
                 patience
-                    .run("test", || {
+                    .run(&stats, "test", || {
                         own += 1;
                         // Retries are counted while the server is full: that is when they must
                         // come one at a time.
@@ -270,13 +282,7 @@ mod tests {
     }
 
     fn patience(wait_ms: u64) -> Patience {
-        Patience {
-            wait: Duration::from_millis(wait_ms),
-            stats: Arc::default(),
-            notice: Arc::default(),
-            turn: Arc::default(),
-            pause_ms: Arc::default(),
-        }
+        Patience::new(Duration::from_millis(wait_ms))
     }
 
     #[tokio::test(start_paused = true)]
@@ -291,7 +297,11 @@ mod tests {
             }
         });
         let patience = patience(5_000);
-        assert_eq!(twenty(&patience, &server).await, 20, "every operation is served once the server frees");
+        assert_eq!(
+            twenty(&patience, &Arc::default(), &server).await,
+            20,
+            "every operation is served once the server frees"
+        );
         freed.await.expect("join");
         assert_eq!(server.retrying_max.load(Ordering::SeqCst), 1, "one retry at a time while the server is full");
         let tries = server.tries.load(Ordering::SeqCst);
@@ -304,9 +314,9 @@ mod tests {
     async fn a_server_that_stays_full_is_asked_a_bounded_number_of_times() {
         let server = Arc::new(Server::default());
         server.full.store(true, Ordering::SeqCst);
-        let patience = patience(1_000);
+        let (patience, stats) = (patience(1_000), Arc::<Stats>::default());
         let started = tokio::time::Instant::now();
-        assert_eq!(twenty(&patience, &server).await, 0, "every operation gives up with the refusal");
+        assert_eq!(twenty(&patience, &stats, &server).await, 0, "every operation gives up with the refusal");
         let took = started.elapsed();
         assert!(took >= Duration::from_millis(1_000), "they asked for the whole wait: {took:?}");
         // At most one pause and one try past the wait.
@@ -314,21 +324,21 @@ mod tests {
         let tries = server.tries.load(Ordering::SeqCst);
         // 20 first tries and one retry per pause for the store in 1 s (10, 20 ... 250 ms: 8).
         assert!(tries <= 20 + 10, "{tries} tries");
-        assert_eq!(patience.stats.read().refused, tries as u64, "every refusal is counted");
+        assert_eq!(stats.read().refused, tries as u64, "every refusal is counted");
     }
 
     #[tokio::test(start_paused = true)]
     async fn any_other_error_is_the_operations_at_once() {
-        let patience = patience(5_000);
+        let (patience, stats) = (patience(5_000), Stats::default());
         let mut tries = 0;
         let result: Result<(), Failure> = patience
-            .run("test", || {
+            .run(&stats, "test", || {
                 tries += 1;
                 async { Err(Failure::Other) }
             })
             .await;
         assert_eq!((result, tries), (Err(Failure::Other), 1));
-        assert_eq!(patience.stats.read().refused, 0);
+        assert_eq!(stats.read().refused, 0);
     }
 
     #[test]

@@ -171,22 +171,26 @@ impl Drop for TestDb {
                 }
             }
             Cleanup::Database { server_url, name } => {
-                // Drop runs inside the test's runtime; a separate thread with its own runtime
-                // can block on the cleanup without stalling it.
-                let (server_url, sql) = (server_url.clone(), format!("DROP DATABASE IF EXISTS {name}"));
-                let joined = std::thread::spawn(move || {
-                    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
-                    if let Ok(runtime) = runtime {
-                        runtime.block_on(run_sql(&server_url, &sql));
-                    }
-                })
-                .join();
-                if joined.is_err() {
+                if !run_sql_from_drop(server_url, &format!("DROP DATABASE IF EXISTS {name}")) {
                     eprintln!("note: could not drop test database {name}");
                 }
             }
         }
     }
+}
+
+/// Runs `sql` on `url` from a `Drop` of a test's: drop runs inside the test's runtime, so a
+/// separate thread with its own runtime blocks on it without stalling that. Whether it ran.
+pub fn run_sql_from_drop(url: &str, sql: &str) -> bool {
+    let (url, sql) = (url.to_owned(), sql.to_owned());
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+        if let Ok(runtime) = runtime {
+            runtime.block_on(run_sql(&url, &sql));
+        }
+    })
+    .join()
+    .is_ok()
 }
 
 /// Defines `mod $name { sqlite, mysql }`: one async test body run on both engines.

@@ -6,7 +6,7 @@ use midflight_model::{
     Address, Change, Line, Observation, OrderEvent, Plan, Rules, Saga, Source, Status, Step, TicketDraft, WmsAnswer,
     plan,
 };
-use midflight_store::testing::{Engine, TestDb, until};
+use midflight_store::testing::{Engine, TestDb, run_sql_from_drop, until};
 use midflight_store::{Arrival, Cas, Error, Store, TicketState, both_engines};
 use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
 
@@ -935,18 +935,7 @@ struct DropUser {
 
 impl Drop for DropUser {
     fn drop(&mut self) {
-        let (url, sql) = (self.url.clone(), format!("DROP USER IF EXISTS '{}'@'%'", self.user));
-        // Drop runs inside the test's runtime; a thread with its own runtime can block on it.
-        let dropped = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-            runtime.block_on(async {
-                let db = sea_orm::Database::connect(url.as_str()).await.expect("connect to drop the account");
-                db.execute_unprepared(&sql).await.expect("drop the account");
-                db.close().await.ok();
-            });
-        })
-        .join();
-        if dropped.is_err() {
+        if !run_sql_from_drop(&self.url, &format!("DROP USER IF EXISTS '{}'@'%'", self.user)) {
             eprintln!("note: could not drop the test account {}", self.user);
         }
     }
