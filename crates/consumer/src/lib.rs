@@ -83,6 +83,7 @@ pub async fn run_with<D: Downstream>(
     consumer.subscribe(&[config.kafka.order_topic.as_str()]).map_err(Error::kafka("subscribe"))?;
     tracing::info!(owner, topic = %config.kafka.order_topic, group = %config.kafka.group_id, "consumer started");
     telemetry::observe(&counters);
+    midflight_driver::telemetry::observe_store(&store);
     midflight_service::readiness().set_ready(true);
 
     // Stops the drivers (before their next call) and the relay; cancelled by the shutdown path.

@@ -2,7 +2,7 @@
 //! message (whose context is stored on the saga row, so every later span of the saga, by
 //! whichever process, joins the message's trace), arrivals counted as transitions, the
 //! [`Counters`] as metrics (one field, one metric), and consumer lag from librdkafka's
-//! statistics.
+//! statistics. Its saga store's counters are exported by the driver's telemetry.
 //!
 //! Several consumers may run in one process (tests do): their counters are summed and their lag
 //! reports merged, so one series per name is exported however many there are.
@@ -28,13 +28,14 @@ pub const STATISTICS_INTERVAL_MS: u64 = 10_000;
 /// A client's lag report older than this is dropped (its consumer stopped or lost its partitions).
 const LAG_REPORT_TTL: Duration = Duration::from_millis(3 * STATISTICS_INTERVAL_MS);
 
-/// The Prometheus families the consumer's own observers export (besides the catalogue's).
+/// The Prometheus families the consumer's own observers export (besides the catalogue's): its
+/// counters and its saga store's.
 pub fn metric_names() -> Vec<String> {
-    Snapshot::default()
+    let counters = Snapshot::default()
         .fields()
         .into_iter()
-        .map(|(field, _)| metrics::prometheus_family(&counter_name(field), kind(field)))
-        .collect()
+        .map(|(field, _)| metrics::prometheus_family(&counter_name(field), kind(field)));
+    counters.chain(midflight_driver::telemetry::store_metric_names()).collect()
 }
 
 /// The `receive` span of a message, ended at once; returns the context the saga row keeps:
@@ -179,5 +180,6 @@ mod tests {
         let names = metric_names();
         assert!(names.contains(&"midflight_consumer_received_total".to_owned()), "{names:?}");
         assert!(names.contains(&"midflight_consumer_in_flight".to_owned()), "{names:?}");
+        assert!(names.contains(&"midflight_store_write_txns_total".to_owned()), "{names:?}");
     }
 }

@@ -6,16 +6,22 @@
 //! (the CAS write and the call it names); one `rpc.client` span per downstream call, whose
 //! context the call carries so the downstream's spans nest under it.
 //!
-//! Metrics: the catalogue's saga and RPC instruments (`midflight_service::metrics`).
+//! Metrics: the catalogue's saga and RPC instruments (`midflight_service::metrics`), and the
+//! saga store's own counters ([`midflight_store::StoreStats`], one field, one counter named
+//! `midflight.store.<field>`), which every service that drives sagas exports through
+//! [`observe_store`].
 //!
 //! With telemetry off all of this is disabled spans and no-op instruments.
 
 use std::borrow::Cow;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use midflight_model::{Call, Change, Observation, Saga, Status, Step};
-use midflight_service::metrics::instruments;
+use midflight_service::metrics::{self, Kind, LiveSet, instruments};
+use midflight_store::{Store, StoreCounters, StoreStats};
 use opentelemetry::KeyValue;
+use opentelemetry::metrics::ObservableCounter;
 use tracing::Span;
 
 use crate::Outcome;
@@ -250,9 +256,83 @@ fn rpc_service(step: Step) -> &'static str {
     }
 }
 
+/// The live saga stores of the process, whose counters the observers sum.
+static STORES: LiveSet<StoreCounters> = LiveSet::new();
+
+/// Exports the counters of `store` (and of its clones) as `midflight.store.<field>`, summed with
+/// every other live store of the process. Calling it again for a clone of a registered store
+/// changes nothing. Costs nothing until metrics are collected.
+pub fn observe_store(store: &Store) {
+    STORES.register(&store.counters());
+    store_observers();
+}
+
+/// The Prometheus families of the store's counters (`midflight_store_<field>_total`).
+pub fn store_metric_names() -> Vec<String> {
+    StoreStats::default()
+        .fields()
+        .into_iter()
+        .map(|(field, _)| metrics::prometheus_family(&store_metric(field), Kind::Counter))
+        .collect()
+}
+
+fn store_metric(field: &str) -> String {
+    format!("midflight.store.{field}")
+}
+
+/// `field` summed over the process's live stores.
+fn store_sum(field: &str) -> u64 {
+    STORES.sum(|counters| counters.read().fields().into_iter().find(|(name, _)| *name == field).map_or(0, |(_, v)| v))
+}
+
+/// The observers, registered once per process and kept so they stay registered. Their
+/// callbacks read only the live set, so a collection may run at any time.
+fn store_observers() -> &'static Vec<ObservableCounter<u64>> {
+    static OBSERVERS: OnceLock<Vec<ObservableCounter<u64>>> = OnceLock::new();
+    OBSERVERS.get_or_init(|| {
+        let meter = metrics::meter();
+        StoreStats::default()
+            .fields()
+            .into_iter()
+            .map(|(field, _)| {
+                meter
+                    .u64_observable_counter(store_metric(field))
+                    .with_description(store_help(field))
+                    .with_callback(move |observer| observer.observe(store_sum(field), &[]))
+                    .build()
+            })
+            .collect()
+    })
+}
+
+/// What each store counter counts (the fields' own documentation, shortened).
+fn store_help(field: &str) -> &'static str {
+    match field {
+        "write_txns" => "Committed transactions that wrote to the saga database.",
+        "transitions" => "Saga transitions written (applied compare-and-sets and first steps written on insert).",
+        "batches" => "Of write_txns, the shared commits of the group writer.",
+        "retried" => "Transition transactions tried again after the database rolled them back on its own.",
+        "opened_on_insert" => "First steps written by inserting the row as that step leaves it.",
+        "gave_way" => "Inbox transactions that found a row inserted meanwhile and took the general path.",
+        "refused" => "New connections the full database server refused (MySQL 1040, 1203, 1226); each try counts.",
+        _ => "A saga store counter.",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_store_counter_has_a_metric_and_its_own_help() {
+        let names = store_metric_names();
+        assert!(names.contains(&"midflight_store_refused_total".to_owned()), "{names:?}");
+        assert!(names.contains(&"midflight_store_write_txns_total".to_owned()), "{names:?}");
+        assert_eq!(names.len(), StoreStats::default().fields().len());
+        for (field, _) in StoreStats::default().fields() {
+            assert_ne!(store_help(field), "A saga store counter.", "{field} has no help text");
+        }
+    }
 
     #[test]
     fn actor_labels_are_bounded() {

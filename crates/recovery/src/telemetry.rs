@@ -1,4 +1,5 @@
-//! What the recovery service tells the outside world besides its logs and the driver's spans:
+//! What the recovery service tells the outside world besides its logs and the driver's spans
+//! (and its saga store's counters, which the driver's telemetry exports):
 //! the worker's [`Stats`] as metrics (one field, one metric), the reconciler's findings, and a
 //! periodic sample of the saga table (rows and oldest untouched row per status, open tickets).
 //!
@@ -25,12 +26,13 @@ pub const TABLE_SAMPLE_INTERVAL: Duration = Duration::from_secs(15);
 /// The live workers of the process, whose stats the observers sum.
 static WORKERS: LiveSet<Stats> = LiveSet::new();
 
-/// The Prometheus families the recovery service's own observers export (besides the catalogue's).
+/// The Prometheus families the recovery service's own observers export (besides the
+/// catalogue's): the worker's stats and its saga store's counters.
 pub fn metric_names() -> Vec<String> {
-    fields(&StatsSnapshot::default())
+    let stats = fields(&StatsSnapshot::default())
         .into_iter()
-        .map(|(field, _)| metrics::prometheus_family(&stat_name(&field), Kind::Counter))
-        .collect()
+        .map(|(field, _)| metrics::prometheus_family(&stat_name(&field), Kind::Counter));
+    stats.chain(midflight_driver::telemetry::store_metric_names()).collect()
 }
 
 /// Exports `stats` (summed with every other live worker of the process) as metrics.
@@ -138,6 +140,8 @@ mod tests {
     fn every_stat_becomes_a_counter() {
         let names = metric_names();
         assert!(names.contains(&"midflight_recovery_claimed_total".to_owned()), "{names:?}");
-        assert_eq!(names.len(), fields(&StatsSnapshot::default()).len());
+        assert!(names.contains(&"midflight_store_refused_total".to_owned()), "{names:?}");
+        let store = midflight_driver::telemetry::store_metric_names().len();
+        assert_eq!(names.len(), fields(&StatsSnapshot::default()).len() + store);
     }
 }

@@ -5,7 +5,8 @@
 //! The catalogue is what the dashboard and the alerting rules may name; a test scrapes a real
 //! run and finds every entry, and the deploy check refuses a dashboard query naming anything
 //! else. Counters a crate derives from its own counter structs (the consumer's `Counters`, the
-//! recovery worker's `Stats`) are listed by those crates, from the same fields they export.
+//! recovery worker's `Stats`, and the saga store's `StoreStats`, which the driver's telemetry
+//! exports for both) are listed by those crates, from the same fields they export.
 //!
 //! Instruments come from the global meter provider the first time [`instruments`] is called, so
 //! [`crate::init_telemetry`] must run before the service records anything (binaries do this in
@@ -274,7 +275,9 @@ mod tests {
 }
 
 /// The live instances of a service part whose counters the process exports summed (consumers,
-/// recovery workers). Held weakly: an instance that is dropped stops counting on its own.
+/// recovery workers, saga stores). Held weakly: an instance that is dropped stops counting on
+/// its own. An instance registered again (two services handed clones of one store) is counted
+/// once.
 #[derive(Debug)]
 pub struct LiveSet<T> {
     members: Mutex<Vec<Weak<T>>>,
@@ -286,7 +289,12 @@ impl<T> LiveSet<T> {
     }
 
     pub fn register(&self, member: &Arc<T>) {
-        self.members().push(Arc::downgrade(member));
+        let weak = Arc::downgrade(member);
+        let mut members = self.members();
+        members.retain(|live| live.strong_count() > 0);
+        if !members.iter().any(|live| live.ptr_eq(&weak)) {
+            members.push(weak);
+        }
     }
 
     /// `value` of every live member, summed.
@@ -305,5 +313,25 @@ impl<T> LiveSet<T> {
 impl<T> Default for LiveSet<T> {
     fn default() -> LiveSet<T> {
         LiveSet::new()
+    }
+}
+
+#[cfg(test)]
+mod live_set_tests {
+    use super::*;
+
+    #[test]
+    fn members_are_summed_once_while_they_live() {
+        let set = LiveSet::new();
+        let (one, two) = (Arc::new(3_u64), Arc::new(4_u64));
+        set.register(&one);
+        set.register(&two);
+        set.register(&one.clone());
+        assert_eq!(set.sum(|n| *n), 7, "one registered twice counts once");
+        drop(two);
+        assert_eq!(set.sum(|n| *n), 3, "a dropped member stops counting");
+        set.register(&Arc::new(5_u64));
+        assert_eq!(set.sum(|n| *n), 3, "a member dropped at once is not counted");
+        assert_eq!(set.members().len(), 1, "dead members are let go");
     }
 }

@@ -57,7 +57,7 @@ pub use lookup::LedgerView;
 pub use outbox::OutboxMessage;
 pub use read::{OrderRow, Transition};
 pub use scan::ScanCursor;
-pub use stats::StoreStats;
+pub use stats::{StoreCounters, StoreStats};
 pub use ticket::saga_json;
 pub use ticket::{Ticket, TicketState};
 
@@ -93,7 +93,7 @@ pub struct Store {
     db: DatabaseConnection,
     backend: DbBackend,
     clock: clock::DbClock,
-    stats: std::sync::Arc<stats::Stats>,
+    stats: std::sync::Arc<stats::StoreCounters>,
     /// Where transitions go when they are grouped ([`DatabaseSection::group_commit_max`] > 1).
     group: Option<std::sync::Arc<group::GroupCommit>>,
     /// How operations wait out a server that refuses new connections (it is full).
@@ -157,7 +157,7 @@ impl Store {
         if !matches!(backend, DbBackend::MySql | DbBackend::Sqlite) {
             return Err(Error::Invalid(format!("unsupported database backend {backend:?}: use MySQL or SQLite")));
         }
-        let (patience, stats) = (refused::Patience::new(wait), std::sync::Arc::<stats::Stats>::default());
+        let (patience, stats) = (refused::Patience::new(wait), std::sync::Arc::<stats::StoreCounters>::default());
         let operation = "read the database clock";
         let clock = patience.run(&stats, operation, || clock::DbClock::measure(&db, backend)).await?;
         Ok(Store { db, backend, clock, stats, group: None, patience })
@@ -178,6 +178,12 @@ impl Store {
     /// What this store (and its clones) wrote since it connected.
     pub fn stats(&self) -> StoreStats {
         self.stats.read()
+    }
+
+    /// The live counters behind [`Store::stats`], shared by every clone of this store: what a
+    /// metrics exporter holds (weakly, so a dropped store stops being counted) and reads.
+    pub fn counters(&self) -> std::sync::Arc<StoreCounters> {
+        self.stats.clone()
     }
 
     pub fn backend(&self) -> DbBackend {

@@ -29,7 +29,7 @@ use sea_orm::{DatabaseTransaction, DbErr, RuntimeErr, TransactionTrait, sqlx};
 
 use crate::Store;
 use crate::error::{Context, Error};
-use crate::stats::Stats;
+use crate::stats::StoreCounters;
 
 /// The pause after a retry that was refused; each further refused retry doubles it, up to [`PAUSE_MAX`].
 const PAUSE_FIRST: Duration = Duration::from_millis(10);
@@ -99,7 +99,7 @@ impl RefusalNotice {
 }
 
 /// How a store waits out refusals: for how long, and the queue its operations share (a clone
-/// shares it too). The refusals are counted in the store's [`Stats`].
+/// shares it too). The refusals are counted in the store's [`StoreCounters`].
 #[derive(Debug, Clone)]
 pub(crate) struct Patience {
     /// `database.acquire_timeout_ms`.
@@ -138,7 +138,12 @@ impl Patience {
     /// refused retry to [`PAUSE_MAX`]) and tries holding it, so the queue asks one at a time.
     /// Once a retry is not refused, the pause is zero and each queued operation passes the
     /// turn on at once and tries alongside the others, until the next refusal.
-    pub(crate) async fn run<T, E, F, Fut>(&self, stats: &Stats, operation: &'static str, mut attempt: F) -> Result<T, E>
+    pub(crate) async fn run<T, E, F, Fut>(
+        &self,
+        stats: &StoreCounters,
+        operation: &'static str,
+        mut attempt: F,
+    ) -> Result<T, E>
     where
         E: Refusal + std::fmt::Display,
         F: FnMut() -> Fut,
@@ -220,7 +225,7 @@ mod tests {
     use std::time::Duration;
 
     use super::{Patience, Refusal, RefusalNotice};
-    use crate::stats::Stats;
+    use crate::stats::StoreCounters;
 
     /// What a test's attempt fails with: a refusal, or any other error.
     #[derive(Debug, PartialEq)]
@@ -251,7 +256,7 @@ mod tests {
     }
 
     /// Runs 20 operations at once against `server`; returns how many were served.
-    async fn twenty(patience: &Patience, stats: &Arc<Stats>, server: &Arc<Server>) -> usize {
+    async fn twenty(patience: &Patience, stats: &Arc<StoreCounters>, server: &Arc<Server>) -> usize {
         let operations = (0..20).map(|_| {
             let (patience, stats, server) = (patience.clone(), stats.clone(), server.clone());
             tokio::spawn(async move {
@@ -314,7 +319,7 @@ mod tests {
     async fn a_server_that_stays_full_is_asked_a_bounded_number_of_times() {
         let server = Arc::new(Server::default());
         server.full.store(true, Ordering::SeqCst);
-        let (patience, stats) = (patience(1_000), Arc::<Stats>::default());
+        let (patience, stats) = (patience(1_000), Arc::<StoreCounters>::default());
         let started = tokio::time::Instant::now();
         assert_eq!(twenty(&patience, &stats, &server).await, 0, "every operation gives up with the refusal");
         let took = started.elapsed();
@@ -329,7 +334,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn any_other_error_is_the_operations_at_once() {
-        let (patience, stats) = (patience(5_000), Stats::default());
+        let (patience, stats) = (patience(5_000), StoreCounters::default());
         let mut tries = 0;
         let result: Result<(), Failure> = patience
             .run(&stats, "test", || {

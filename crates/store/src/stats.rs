@@ -8,9 +8,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
-/// What one [`crate::Store`] (and its clones) wrote since it connected.
+/// What one [`crate::Store`] (and its clones) wrote since it connected, counted as it
+/// happens; [`crate::Store::counters`] hands it out so a metrics exporter can read it at each
+/// collection for as long as the store lives.
 #[derive(Debug, Default)]
-pub(crate) struct Stats {
+pub struct StoreCounters {
     write_txns: AtomicU64,
     transitions: AtomicU64,
     batches: AtomicU64,
@@ -44,7 +46,23 @@ pub struct StoreStats {
     pub refused: u64,
 }
 
-impl Stats {
+impl StoreStats {
+    /// Every field by name, in declaration order (metrics are named after them).
+    pub fn fields(&self) -> [(&'static str, u64); 7] {
+        let StoreStats { write_txns, transitions, batches, retried, opened_on_insert, gave_way, refused } = *self;
+        [
+            ("write_txns", write_txns),
+            ("transitions", transitions),
+            ("batches", batches),
+            ("retried", retried),
+            ("opened_on_insert", opened_on_insert),
+            ("gave_way", gave_way),
+            ("refused", refused),
+        ]
+    }
+}
+
+impl StoreCounters {
     pub(crate) fn write_committed(&self) {
         self.write_txns.fetch_add(1, Ordering::Relaxed);
     }
@@ -75,7 +93,8 @@ impl Stats {
         self.refused.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    pub(crate) fn read(&self) -> StoreStats {
+    /// The counters as they are now.
+    pub fn read(&self) -> StoreStats {
         StoreStats {
             write_txns: self.write_txns.load(Ordering::Relaxed),
             transitions: self.transitions.load(Ordering::Relaxed),
@@ -85,5 +104,33 @@ impl Stats {
             gave_way: self.gave_way.load(Ordering::Relaxed),
             refused: self.refused.load(Ordering::Relaxed),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_name_every_counter_as_serialised() {
+        let counters = StoreCounters::default();
+        counters.write_committed();
+        counters.batch_committed();
+        counters.transitions_written(5);
+        counters.retried();
+        counters.opened_on_insert(2);
+        counters.gave_way();
+        assert_eq!(counters.refused(), 1);
+        let stats = counters.read();
+        let serialised = serde_json::to_value(stats).expect("serialise");
+        let serialised = serialised.as_object().expect("an object");
+        let fields = stats.fields();
+        assert_eq!(fields.len(), serialised.len(), "{serialised:?}");
+        for (name, value) in fields {
+            assert_eq!(serialised.get(name).and_then(serde_json::Value::as_u64), Some(value), "{name}");
+        }
+        let expected = [("write_txns", 2), ("transitions", 5), ("batches", 1), ("retried", 1)];
+        assert_eq!(&fields[..4], &expected);
+        assert_eq!(&fields[4..], &[("opened_on_insert", 2), ("gave_way", 1), ("refused", 1)]);
     }
 }
