@@ -11,7 +11,8 @@
 //! lookups by request id, the clock reading and the connection-limit reading at connect. After
 //! a refusal an operation queues for the store's one turn at asking again ([`Patience::run`]):
 //! while the server keeps refusing, the turn's tries are 10, 20, 40 ... ms apart (at most
-//! [`PAUSE_MAX`]), so a full server sees each store's first tries and one retry at a time, not
+//! [`PAUSE_MAX`]), each holding the turn until it is answered or for at most
+//! [`TURN_HELD_MAX`], so a full server sees each store's first tries and one retry at a time, not
 //! one from every waiting operation (without the queue, one run had 28,680 refusals and the
 //! database at three times its CPU per message: BENCHMARKS.md). Once a retry is served, the
 //! queue's operations try side by side again. An operation gives up with the server's error
@@ -35,6 +36,10 @@ use crate::stats::StoreCounters;
 const PAUSE_FIRST: Duration = Duration::from_millis(10);
 /// The longest pause between two tries.
 const PAUSE_MAX: Duration = Duration::from_millis(250);
+/// The longest a retry holds the store's turn while it runs: a refusal comes back within a
+/// connection's handshake, so a retry still running by then has most likely been served and is
+/// running its statement (which may wait on a lock), and the queue need not wait for it.
+const TURN_HELD_MAX: Duration = Duration::from_millis(100);
 
 /// Refusals are logged as a warning at most this often per store (and as debug each time).
 const WARN_EVERY: Duration = Duration::from_secs(10);
@@ -135,9 +140,11 @@ impl Patience {
     ///
     /// The first try is the operation's own. Each retry waits for the store's turn (first
     /// come, first served). After a refusal the turn's holder pauses (10 ms, doubling with each
-    /// refused retry to [`PAUSE_MAX`]) and tries holding it, so the queue asks one at a time.
-    /// Once a retry is not refused, the pause is zero and each queued operation passes the
-    /// turn on at once and tries alongside the others, until the next refusal.
+    /// refused retry to [`PAUSE_MAX`]) and tries holding it until the try is answered, or for
+    /// at most [`TURN_HELD_MAX`] (a served retry's statement, which may wait on a lock, does
+    /// not hold up the queue), so the queue asks one at a time. Once a retry is not refused,
+    /// the pause is zero and each queued operation passes the turn on at once and tries
+    /// alongside the others, until the next refusal.
     pub(crate) async fn run<T, E, F, Fut>(
         &self,
         stats: &StoreCounters,
@@ -171,7 +178,7 @@ impl Patience {
                 }
             };
             let pause = Duration::from_millis(queue.pause_ms.load(Ordering::Relaxed));
-            let _held = if pause.is_zero() {
+            let held = if pause.is_zero() {
                 drop(turn);
                 None
             } else {
@@ -179,7 +186,20 @@ impl Patience {
                 Some(turn)
             };
             tracing::debug!(operation, %error, "the database refused a new connection; asking again");
-            match attempt().await {
+            let mut retry = std::pin::pin!(attempt());
+            // The turn is held until the retry is answered (and the pause set from the answer,
+            // below), or for at most TURN_HELD_MAX.
+            let (answer, _held) = match held {
+                Some(turn) => match tokio::time::timeout(TURN_HELD_MAX, &mut retry).await {
+                    Ok(answer) => (answer, Some(turn)),
+                    Err(_) => {
+                        drop(turn);
+                        (retry.await, None)
+                    }
+                },
+                None => (retry.await, None),
+            };
+            match answer {
                 Err(refused) if refused.refused() => {
                     let next = |ms: u64| {
                         let doubled = Duration::from_millis(ms) * 2;
@@ -313,6 +333,57 @@ mod tests {
         // 20 first tries; while full, one retry per pause (10, 20 ... 250 ms: 6 in 500 ms);
         // then one try each for the 20 queued, side by side once the first was served.
         assert!(tries <= 20 + 8 + 20, "{tries} tries");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_served_retry_that_runs_long_does_not_hold_up_the_queue() {
+        // The server is full for its first 100 ms. The first try it serves then runs for 3 s
+        // (a statement waiting on a lock); the operations queued behind it have 1 s in all.
+        let server = Arc::new(Server::default());
+        server.full.store(true, Ordering::SeqCst);
+        let freed = tokio::spawn({
+            let server = server.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                server.full.store(false, Ordering::SeqCst);
+            }
+        });
+        let (patience, stats, slow) =
+            (patience(1_000), Arc::<StoreCounters>::default(), Arc::new(AtomicBool::new(false)));
+        let operations = (0..20).map(|_| {
+            let (patience, stats, server, slow) = (patience.clone(), stats.clone(), server.clone(), slow.clone());
+            tokio::spawn(async move {
+                let started = tokio::time::Instant::now();
+                let result = patience
+                    .run(&stats, "test", || {
+                        let (server, slow) = (server.clone(), slow.clone());
+                        async move {
+                            server.tries.fetch_add(1, Ordering::SeqCst);
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                            if server.full.load(Ordering::SeqCst) {
+                                return Err(Failure::Full);
+                            }
+                            if !slow.swap(true, Ordering::SeqCst) {
+                                tokio::time::sleep(Duration::from_secs(3)).await;
+                            }
+                            Ok(())
+                        }
+                    })
+                    .await;
+                (result, started.elapsed())
+            })
+        });
+        let results = futures::future::join_all(operations).await;
+        freed.await.expect("join");
+        let served: Vec<Duration> = results
+            .into_iter()
+            .filter_map(|joined| joined.ok())
+            .filter_map(|(r, took)| r.ok().map(|()| took))
+            .collect();
+        assert_eq!(served.len(), 20, "every operation is served, the slow one's queue included");
+        let quick = served.iter().filter(|took| **took < Duration::from_secs(1)).count();
+        assert_eq!(quick, 19, "all but the slow one within their wait: {served:?}");
+        assert!(stats.read().refused >= 20, "every first try was refused");
     }
 
     #[tokio::test(start_paused = true)]
