@@ -181,7 +181,6 @@ async fn run(db: &TestDb, endpoint: std::net::SocketAddr) {
     kafka.create_topic("orders.dlt", 1).expect("dead-letter topic");
     let mocks = MockDownstreams::start(MockOptions::default()).await;
     let before = scrape(endpoint).await;
-    let store_before = db.store.stats();
     // A lease short enough for a takeover within seconds, long enough that a healthy drive on a
     // busy box never loses its saga (which would add conflicts the counts below do not expect).
     let settings = DriverSettings::new(5_000, 1_000, 500);
@@ -240,8 +239,6 @@ async fn run(db: &TestDb, endpoint: std::net::SocketAddr) {
     let answer = mocks.client().call(Call::LockStock, &stray, Duration::from_secs(5)).await;
     assert_eq!(answer.label(), "wms locked");
 
-    // What the consumer's store wrote so far; the scrapes below come after this reading.
-    let consumer_wrote = db.store.stats();
     // Everything below is counted after the commits waited on above (a drive is booked when it
     // returns, the consumer's counters when it joins the drive's task): wait for all of it.
     let after = scrape_until(endpoint, "the zombie's lost CAS, the orphan found, zero lag, every drive booked", |s| {
@@ -272,6 +269,8 @@ async fn run(db: &TestDb, endpoint: std::net::SocketAddr) {
         }
     })
     .await;
+    // What the consumer's store has written by now, after the scrape: at least its share of it.
+    let consumer_wrote = db.store.stats();
     // The table sample is taken every 15 s; take one now that the run is quiet.
     midflight_recovery::telemetry::sample_table(&db.store).await.expect("sample the table");
     let after_sample = scrape(endpoint).await;
@@ -324,16 +323,17 @@ async fn run(db: &TestDb, endpoint: std::net::SocketAddr) {
     assert!(after.sum("midflight_consumer_partitions_assigned", &[]) >= 1.0);
     assert!(after.sum("midflight_recovery_claimed_total", &[]) >= 1.0);
 
-    // The saga stores' counters: the consumer's store (this test's) and the recovery worker's
-    // own, summed. The worker wrote too (it took the zombie's saga over and finished it), so
-    // the sum exceeds the consumer's part.
+    // The saga stores' counters: the consumer's store (this test's, registered after `before`
+    // was scraped, so the delta holds all of its count) and the recovery worker's own, summed.
+    // The worker wrote too (it took the zombie's saga over and finished it), so the sum exceeds
+    // what the consumer's store had written even after the scrape.
     for (field, name) in
         [("write_txns", "midflight_store_write_txns_total"), ("transitions", "midflight_store_transitions_total")]
     {
         let value = |stats: &midflight_store::StoreStats| {
             stats.fields().into_iter().find(|(f, _)| *f == field).map_or(0, |(_, v)| v)
         };
-        let consumer = value(&consumer_wrote) - value(&store_before);
+        let consumer = value(&consumer_wrote);
         let exported = delta(name, &[]);
         assert!(
             consumer > 0 && exported > consumer as f64,

@@ -27,7 +27,8 @@ pub struct StoreCounters {
 pub struct StoreStats {
     /// Committed transactions that wrote (an autocommit write statement counts as one).
     pub write_txns: u64,
-    /// Saga transitions written (applied compare-and-sets of [`crate::Store::write`]).
+    /// Saga transitions written: applied compare-and-sets of [`crate::Store::write`], and the
+    /// first steps the inbox wrote with the rows it opened.
     pub transitions: u64,
     /// Of `write_txns`, the shared commits of the group writer (each carries many transitions).
     pub batches: u64,
