@@ -12,7 +12,9 @@
 //! a refusal an operation queues for the store's one turn at asking again ([`Patience::run`]):
 //! while the server keeps refusing, the turn's tries are 10, 20, 40 ... ms apart (at most
 //! [`PAUSE_MAX`]), each holding the turn until it is answered or for at most
-//! [`TURN_HELD_MAX`], so a full server sees each store's first tries and one retry at a time, not
+//! [`TURN_HELD_MAX`], so a full server sees each store's first tries and then one retry at a
+//! time (more only when refusals take longer than that to come back, and then at most one
+//! started per [`TURN_HELD_MAX`] and pause), not
 //! one from every waiting operation (without the queue, one run had 28,680 refusals and the
 //! database at three times its CPU per message: BENCHMARKS.md). Once a retry is served, the
 //! queue's operations try side by side again. An operation gives up with the server's error
@@ -38,7 +40,9 @@ const PAUSE_FIRST: Duration = Duration::from_millis(10);
 const PAUSE_MAX: Duration = Duration::from_millis(250);
 /// The longest a retry holds the store's turn while it runs: a refusal comes back within a
 /// connection's handshake, so a retry still running by then has most likely been served and is
-/// running its statement (which may wait on a lock), and the queue need not wait for it.
+/// running its statement (which may wait on a lock), and the queue need not wait for it. It may
+/// also still be waiting for a pooled connection or a slow handshake, and be refused late; the
+/// next retry has then started beside it.
 const TURN_HELD_MAX: Duration = Duration::from_millis(100);
 
 /// Refusals are logged as a warning at most this often per store (and as debug each time).
@@ -142,7 +146,8 @@ impl Patience {
     /// come, first served). After a refusal the turn's holder pauses (10 ms, doubling with each
     /// refused retry to [`PAUSE_MAX`]) and tries holding it until the try is answered, or for
     /// at most [`TURN_HELD_MAX`] (a served retry's statement, which may wait on a lock, does
-    /// not hold up the queue), so the queue asks one at a time. Once a retry is not refused,
+    /// not hold up the queue), so the queue asks one at a time, or, while refusals take longer
+    /// than that to come back, starts one retry per turn. Once a retry is not refused,
     /// the pause is zero and each queued operation passes the turn on at once and tries
     /// alongside the others, until the next refusal.
     pub(crate) async fn run<T, E, F, Fut>(
@@ -177,7 +182,8 @@ impl Patience {
                     return Err(error);
                 }
             };
-            let pause = Duration::from_millis(queue.pause_ms.load(Ordering::Relaxed));
+            let seen_ms = queue.pause_ms.load(Ordering::Relaxed);
+            let pause = Duration::from_millis(seen_ms);
             let held = if pause.is_zero() {
                 drop(turn);
                 None
@@ -189,15 +195,15 @@ impl Patience {
             let mut retry = std::pin::pin!(attempt());
             // The turn is held until the retry is answered (and the pause set from the answer,
             // below), or for at most TURN_HELD_MAX.
-            let (answer, _held) = match held {
+            let (answer, _held, late) = match held {
                 Some(turn) => match tokio::time::timeout(TURN_HELD_MAX, &mut retry).await {
-                    Ok(answer) => (answer, Some(turn)),
+                    Ok(answer) => (answer, Some(turn), false),
                     Err(_) => {
                         drop(turn);
-                        (retry.await, None)
+                        (retry.await, None, true)
                     }
                 },
-                None => (retry.await, None),
+                None => (retry.await, None, false),
             };
             match answer {
                 Err(refused) if refused.refused() => {
@@ -209,7 +215,13 @@ impl Patience {
                     error = refused;
                 }
                 result => {
-                    queue.pause_ms.store(0, Ordering::Relaxed);
+                    if late {
+                        // Later retries may have been refused meanwhile: an answer from before
+                        // theirs does not end their pauses.
+                        let _ = queue.pause_ms.compare_exchange(seen_ms, 0, Ordering::Relaxed, Ordering::Relaxed);
+                    } else {
+                        queue.pause_ms.store(0, Ordering::Relaxed);
+                    }
                     return result;
                 }
             }
@@ -275,8 +287,19 @@ mod tests {
         retrying_max: AtomicUsize,
     }
 
-    /// Runs 20 operations at once against `server`; returns how many were served.
+    /// Runs 20 operations at once against `server`, each try answered after 1 ms; returns how
+    /// many were served.
     async fn twenty(patience: &Patience, stats: &Arc<StoreCounters>, server: &Arc<Server>) -> usize {
+        twenty_answered_after(Duration::from_millis(1), patience, stats, server).await
+    }
+
+    /// [`twenty`] with tries answered after `latency`.
+    async fn twenty_answered_after(
+        latency: Duration,
+        patience: &Patience,
+        stats: &Arc<StoreCounters>,
+        server: &Arc<Server>,
+    ) -> usize {
         let operations = (0..20).map(|_| {
             let (patience, stats, server) = (patience.clone(), stats.clone(), server.clone());
             tokio::spawn(async move {
@@ -292,7 +315,7 @@ mod tests {
                             let counted = retry && server.full.load(Ordering::SeqCst);
                             let now = if counted { server.retrying.fetch_add(1, Ordering::SeqCst) + 1 } else { 0 };
                             server.retrying_max.fetch_max(now, Ordering::SeqCst);
-                            tokio::time::sleep(Duration::from_millis(1)).await;
+                            tokio::time::sleep(latency).await;
                             if counted {
                                 server.retrying.fetch_sub(1, Ordering::SeqCst);
                             }
@@ -333,6 +356,27 @@ mod tests {
         // 20 first tries; while full, one retry per pause (10, 20 ... 250 ms: 6 in 500 ms);
         // then one try each for the 20 queued, side by side once the first was served.
         assert!(tries <= 20 + 8 + 20, "{tries} tries");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn slow_refusals_still_come_one_at_a_time_or_two_past_the_turns_hold() {
+        for (latency_ms, at_once) in [(50, 1), (150, 2)] {
+            let server = Arc::new(Server::default());
+            server.full.store(true, Ordering::SeqCst);
+            let freed = tokio::spawn({
+                let server = server.clone();
+                async move {
+                    tokio::time::sleep(Duration::from_millis(1_000)).await;
+                    server.full.store(false, Ordering::SeqCst);
+                }
+            });
+            let latency = Duration::from_millis(latency_ms);
+            let served = twenty_answered_after(latency, &patience(5_000), &Arc::default(), &server).await;
+            assert_eq!(served, 20, "every operation is served once the server frees ({latency_ms} ms)");
+            freed.await.expect("join");
+            let most = server.retrying_max.load(Ordering::SeqCst);
+            assert_eq!(most, at_once, "retries at once while full, refusals taking {latency_ms} ms");
+        }
     }
 
     #[tokio::test(start_paused = true)]
