@@ -5,7 +5,8 @@
 # main target directory as its own); wait: release build of 58f6c66; wait2: meant to be a6187a8,
 # but its binaries held 58f6c66's store (a stale build: BENCHMARKS.md says how); wait3: 450ab4d
 # (after cleaning and rebuilding the workspace's release artifacts); wait4, wait5: c720074;
-# wait6: d69b3e5.
+# wait6: d69b3e5; wait7, wait8: 650036c, on an AMD EPYC box (CPU family 25), by hand, one
+# after the other, each with --out run/rec/pool32-waitN and the sampler started 5 s after it.
 # The first pair (wait, then before) was run by hand with the same command; the second
 # (wait2, then before2) by this script; wait3 to wait6 by hand, one after another, the
 # same command with --out run/rec/pool32-waitN. The server's connections are sampled every
