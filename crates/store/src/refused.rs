@@ -329,21 +329,27 @@ mod tests {
         results.into_iter().filter(|result| matches!(result, Ok(Ok(())))).count()
     }
 
+    /// A server that is full now and frees after `full` (when the returned task ends).
+    fn full_for(full: Duration) -> (Arc<Server>, tokio::task::JoinHandle<()>) {
+        let server = Arc::new(Server::default());
+        server.full.store(true, Ordering::SeqCst);
+        let freed = tokio::spawn({
+            let server = server.clone();
+            async move {
+                tokio::time::sleep(full).await;
+                server.full.store(false, Ordering::SeqCst);
+            }
+        });
+        (server, freed)
+    }
+
     fn patience(wait_ms: u64) -> Patience {
         Patience::new(Duration::from_millis(wait_ms))
     }
 
     #[tokio::test(start_paused = true)]
     async fn operations_ask_again_one_at_a_time_and_are_served_when_the_server_frees() {
-        let server = Arc::new(Server::default());
-        server.full.store(true, Ordering::SeqCst);
-        let freed = tokio::spawn({
-            let server = server.clone();
-            async move {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                server.full.store(false, Ordering::SeqCst);
-            }
-        });
+        let (server, freed) = full_for(Duration::from_millis(500));
         let patience = patience(5_000);
         assert_eq!(
             twenty(&patience, &Arc::default(), &server).await,
@@ -361,15 +367,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn slow_refusals_still_come_one_at_a_time_or_two_past_the_turns_hold() {
         for (latency_ms, at_once) in [(50, 1), (150, 2)] {
-            let server = Arc::new(Server::default());
-            server.full.store(true, Ordering::SeqCst);
-            let freed = tokio::spawn({
-                let server = server.clone();
-                async move {
-                    tokio::time::sleep(Duration::from_millis(1_000)).await;
-                    server.full.store(false, Ordering::SeqCst);
-                }
-            });
+            let (server, freed) = full_for(Duration::from_millis(1_000));
             let latency = Duration::from_millis(latency_ms);
             let served = twenty_answered_after(latency, &patience(5_000), &Arc::default(), &server).await;
             assert_eq!(served, 20, "every operation is served once the server frees ({latency_ms} ms)");
@@ -383,15 +381,7 @@ mod tests {
     async fn a_served_retry_that_runs_long_does_not_hold_up_the_queue() {
         // The server is full for its first 100 ms. The first try it serves then runs for 3 s
         // (a statement waiting on a lock); the operations queued behind it have 1 s in all.
-        let server = Arc::new(Server::default());
-        server.full.store(true, Ordering::SeqCst);
-        let freed = tokio::spawn({
-            let server = server.clone();
-            async move {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                server.full.store(false, Ordering::SeqCst);
-            }
-        });
+        let (server, freed) = full_for(Duration::from_millis(100));
         let (patience, stats, slow) =
             (patience(1_000), Arc::<StoreCounters>::default(), Arc::new(AtomicBool::new(false)));
         let operations = (0..20).map(|_| {
