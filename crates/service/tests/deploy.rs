@@ -710,6 +710,84 @@ fn the_dashboard_queries_only_exported_metrics_and_covers_the_issue() {
     }
 }
 
+#[test]
+fn the_alert_rules_are_loaded_and_query_only_exported_metrics() {
+    // The compose Prometheus loads the rules file from where compose mounts it.
+    let prometheus = yaml("deploy/prometheus.yml");
+    let compose = Compose::load();
+    let volumes = strings(&compose.services["prometheus"]["volumes"]);
+    for path in strings(&prometheus["rule_files"]) {
+        let mounted = volumes.iter().any(|volume| volume == &format!("./deploy/alerts.yml:{path}:ro"));
+        assert!(mounted, "prometheus loads {path}, which compose does not mount from deploy/alerts.yml");
+    }
+    assert!(!strings(&prometheus["rule_files"]).is_empty(), "prometheus loads no rules");
+
+    let rules = yaml("deploy/alerts.yml");
+    let exported = exported_series();
+    let mut alerts = BTreeSet::new();
+    let mut used = BTreeSet::new();
+    for group in rules["groups"].as_array().expect("groups") {
+        for rule in group["rules"].as_array().expect("rules") {
+            let alert = text(&rule["alert"]);
+            assert!(alerts.insert(alert.clone()), "alert {alert} is defined twice");
+            let expr = text(&rule["expr"]);
+            let metrics = promql_metrics(&expr);
+            assert!(!metrics.is_empty(), "alert {alert}: `{expr}` names no metric");
+            for metric in metrics {
+                assert!(exported.contains(&metric), "alert {alert}: `{metric}` is not exported by any service");
+                used.insert(metric);
+            }
+            let severity = text(&rule["labels"]["severity"]);
+            assert!(
+                ["critical", "warning", "ticket"].contains(&severity.as_str()),
+                "alert {alert}: severity {severity}"
+            );
+            assert!(!text(&rule["annotations"]["summary"]).is_empty(), "alert {alert} has no summary");
+            assert!(!text(&rule["annotations"]["description"]).is_empty(), "alert {alert} has no description");
+        }
+    }
+    // What must page someone: a double effect, a saga nobody drives, recovery down, a stuck
+    // group, a person's ticket, a database out of connections.
+    for metric in [
+        "midflight_reconciler_findings_total",
+        "midflight_saga_oldest_age_seconds",
+        "midflight_recovery_scans_total",
+        "midflight_consumer_partitions_assigned",
+        "midflight_tickets_open",
+        "midflight_store_refused_total",
+    ] {
+        assert!(used.contains(metric), "no alert watches {metric}");
+    }
+}
+
+/// Where promtool is, for the alerting rules' own tests (`.ci/run` fetches it).
+const PROMTOOL_VAR: &str = "MIDFLIGHT_PROMTOOL";
+
+#[test]
+fn the_alert_rules_fire_as_their_tests_expect() {
+    let Some(promtool) = midflight_store::testing::required_in_ci(
+        PROMTOOL_VAR,
+        "promtool's tests of the alerting rules",
+        "promtool's tests of deploy/alerts.yml",
+    ) else {
+        return;
+    };
+    for args in [["check", "rules", "deploy/alerts.yml"], ["test", "rules", "deploy/alerts.test.yml"]] {
+        let output = std::process::Command::new(&promtool)
+            .args(args)
+            .current_dir(root())
+            .output()
+            .unwrap_or_else(|error| panic!("{PROMTOOL_VAR}={promtool} could not run: {error}"));
+        assert!(
+            output.status.success(),
+            "promtool {} failed:\n{}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Kubernetes
 // ---------------------------------------------------------------------------------------------
