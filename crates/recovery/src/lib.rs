@@ -70,7 +70,7 @@ pub async fn run(config: RecoveryConfig, shutdown: CancellationToken) -> Result<
     let sampler = metrics_on.then(|| tokio::spawn(telemetry::sample_periodically(store.clone(), shutdown.clone())));
     let periodic = tokio::spawn(reconcile_periodically(reconciler, config.recovery.reconcile_interval_ms, shutdown));
     midflight_service::readiness().set_ready(true);
-    worker.run().await;
+    let worker_stats = worker.run().await;
     // The reconciler stops at the same signal; a pass cut short only leaves tickets unopened.
     periodic.await.ok();
     if let Some(sampler) = sampler {
@@ -79,6 +79,7 @@ pub async fn run(config: RecoveryConfig, shutdown: CancellationToken) -> Result<
     let stats = store.stats();
     tracing::info!(
         owner,
+        stats = ?worker_stats,
         write_txns = stats.write_txns,
         transitions = stats.transitions,
         retried = stats.retried,

@@ -128,7 +128,8 @@ impl<D: Downstream> Worker<D> {
         self.stats.clone()
     }
 
-    /// Scans and drives until `shutdown`, then drains. Database errors during a scan are logged
+    /// Scans and drives until `shutdown`, then drains; returns what it did (the service logs it
+    /// in its stop line with what its store wrote). Database errors during a scan are logged
     /// and retried at the next interval: the worker outlives a database restart.
     pub async fn run(self) -> StatsSnapshot {
         tracing::info!(owner = self.owner(), "recovery worker started");
@@ -158,9 +159,7 @@ impl<D: Downstream> Worker<D> {
             }
         }
         self.drain(drives).await;
-        let stats = self.stats.snapshot();
-        tracing::info!(owner = self.owner(), ?stats, "recovery worker stopped");
-        stats
+        self.stats.snapshot()
     }
 
     /// Reads one page after `cursor` and starts a drive for each claimable row (waiting for a
