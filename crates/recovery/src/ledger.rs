@@ -74,6 +74,9 @@ pub enum FindingKind {
 }
 
 impl FindingKind {
+    pub const ALL: [FindingKind; 4] =
+        [FindingKind::Orphan, FindingKind::DoubleEffect, FindingKind::MissingEffect, FindingKind::EffectAfterRollback];
+
     pub const fn as_str(self) -> &'static str {
         match self {
             FindingKind::Orphan => "orphan",

@@ -96,6 +96,7 @@ async fn reconcile_periodically(reconciler: Reconciler, interval_ms: u64, shutdo
     if interval_ms == 0 {
         return;
     }
+    telemetry::reconciler_started();
     let interval = std::time::Duration::from_millis(interval_ms);
     loop {
         tokio::select! {

@@ -10,7 +10,7 @@
 //! only judged on what is never right (two effects in force), so a pass racing live traffic
 //! reports nothing that is merely in flight.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use midflight_api::client::{Downstreams, LedgerEntry};
@@ -57,6 +57,10 @@ pub struct Report {
     pub tickets_resolved_before: u64,
     /// The first `findings_listed_max` findings.
     pub findings: Vec<Finding>,
+    /// Findings by kind and by what became of their ticket (the labels of
+    /// `midflight_reconciler_findings_total`), all of them, listed or not.
+    #[serde(skip)]
+    pub by_kind_and_ticket: BTreeMap<(&'static str, &'static str), u64>,
 }
 
 impl Report {
@@ -79,6 +83,8 @@ impl Report {
             TicketOutcome::ResolvedBefore => &mut self.tickets_resolved_before,
         };
         *ticket_counter += 1;
+        let labels = (finding.kind.as_str(), ticket_outcome_name(finding.ticket));
+        *self.by_kind_and_ticket.entry(labels).or_default() += 1;
         if self.findings.len() < listed_max {
             self.findings.push(finding);
         }
@@ -319,6 +325,10 @@ fn step_name<S: serde::Serializer>(step: &Step, serializer: S) -> Result<S::Ok, 
 fn ticket_name<S: serde::Serializer>(outcome: &TicketOutcome, serializer: S) -> Result<S::Ok, S::Error> {
     serializer.serialize_str(ticket_outcome_name(*outcome))
 }
+
+/// Every ticket outcome, in the order of [`ticket_outcome_name`].
+pub const TICKET_OUTCOMES: [TicketOutcome; 4] =
+    [TicketOutcome::Opened, TicketOutcome::AlreadyOpen, TicketOutcome::Reopened, TicketOutcome::ResolvedBefore];
 
 /// The name of a ticket outcome in reports (`opened`, `already_open`, ...).
 pub fn ticket_outcome_name(outcome: TicketOutcome) -> &'static str {

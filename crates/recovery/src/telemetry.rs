@@ -16,7 +16,8 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::ObservableCounter;
 use tokio_util::sync::CancellationToken;
 
-use crate::reconcile::Report;
+use crate::ledger::FindingKind;
+use crate::reconcile::{Report, TICKET_OUTCOMES, ticket_outcome_name};
 use crate::worker::{Stats, StatsSnapshot};
 
 /// How often the table is sampled. One grouped count over the status index per interval; 15 s
@@ -74,19 +75,30 @@ pub(crate) async fn sample_periodically(store: Store, shutdown: CancellationToke
     }
 }
 
-/// Counts a finished reconciliation's findings by kind.
+/// Starts every (kind, ticket) series of the findings at zero, before the first pass: a series
+/// that first appears with a value above zero shows no increase, and an alert on it would miss
+/// the first findings.
+pub(crate) fn reconciler_started() {
+    let instruments = instruments();
+    for kind in FindingKind::ALL {
+        for outcome in TICKET_OUTCOMES {
+            instruments.reconciler_findings.add(0, &finding_labels(kind.as_str(), ticket_outcome_name(outcome)));
+        }
+    }
+}
+
+/// Counts a finished reconciliation's findings by kind and by what became of their ticket
+/// (`resolved_before`: a person accepted that very finding before).
 pub(crate) fn reconciled(report: &Report) {
     let instruments = instruments();
     instruments.reconciler_runs.add(1, &[KeyValue::new("result", "ok")]);
-    for (kind, count) in [
-        ("orphan", report.orphans),
-        ("double_effect", report.double_effects),
-        ("missing_effect", report.missing_effects),
-        ("effect_after_rollback", report.effects_after_rollback),
-    ] {
-        // Zero is added too, so every kind has a series from the first pass on.
-        instruments.reconciler_findings.add(count, &[KeyValue::new("kind", kind)]);
+    for ((kind, ticket), count) in &report.by_kind_and_ticket {
+        instruments.reconciler_findings.add(*count, &finding_labels(kind, ticket));
     }
+}
+
+fn finding_labels(kind: &'static str, ticket: &'static str) -> [KeyValue; 2] {
+    [KeyValue::new("kind", kind), KeyValue::new("ticket", ticket)]
 }
 
 /// Counts a reconciliation that could not complete.

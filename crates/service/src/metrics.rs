@@ -144,8 +144,8 @@ pub const RECONCILER_FINDINGS: Spec = Spec {
     name: "midflight.reconciler.findings",
     prometheus: "midflight_reconciler_findings_total",
     kind: Kind::Counter,
-    attributes: &["kind"],
-    help: "Mismatches between a downstream ledger and the saga table, by kind.",
+    attributes: &["kind", "ticket"],
+    help: "Mismatches between a downstream ledger and the saga table, counted at every reconciliation pass that finds them, by kind and by their ticket: opened, reopened, already_open, or resolved_before (a person accepted that finding).",
 };
 pub const RECONCILER_RUNS: Spec = Spec {
     name: "midflight.reconciler.runs",
