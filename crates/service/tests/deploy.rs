@@ -667,6 +667,17 @@ fn promql_metrics(expr: &str) -> Vec<String> {
     names
 }
 
+/// The metrics `expr` names, each checked to be exported; `what` names the query's owner in
+/// the failure.
+fn exported_metrics_of(what: &str, expr: &str, exported: &BTreeSet<String>) -> Vec<String> {
+    let metrics = promql_metrics(expr);
+    assert!(!metrics.is_empty(), "{what}: `{expr}` names no metric");
+    for metric in &metrics {
+        assert!(exported.contains(metric), "{what}: `{metric}` is not exported by any service");
+    }
+    metrics
+}
+
 #[test]
 fn promql_metric_names_are_found_and_labels_are_not() {
     let expr = r#"histogram_quantile(0.99, sum by (le, rpc_method) (rate(rpc_client_duration_seconds_bucket{rpc_method=~"Lock.*"}[5m]))) / on (x) midflight_sagas"#;
@@ -685,13 +696,7 @@ fn the_dashboard_queries_only_exported_metrics_and_covers_the_issue() {
         let targets = panel["targets"].as_array().unwrap_or_else(|| panic!("panel {title} has no queries"));
         assert!(!targets.is_empty(), "panel {title} has no queries");
         for target in targets {
-            let expr = text(&target["expr"]);
-            let metrics = promql_metrics(&expr);
-            assert!(!metrics.is_empty(), "panel {title}: `{expr}` names no metric");
-            for metric in metrics {
-                assert!(exported.contains(&metric), "panel {title}: `{metric}` is not exported by any service");
-                used.insert(metric);
-            }
+            used.extend(exported_metrics_of(&format!("panel {title}"), &text(&target["expr"]), &exported));
         }
     }
     // What the issue asks the dashboard to show.
@@ -730,13 +735,7 @@ fn the_alert_rules_are_loaded_and_query_only_exported_metrics() {
         for rule in group["rules"].as_array().expect("rules") {
             let alert = text(&rule["alert"]);
             assert!(alerts.insert(alert.clone()), "alert {alert} is defined twice");
-            let expr = text(&rule["expr"]);
-            let metrics = promql_metrics(&expr);
-            assert!(!metrics.is_empty(), "alert {alert}: `{expr}` names no metric");
-            for metric in metrics {
-                assert!(exported.contains(&metric), "alert {alert}: `{metric}` is not exported by any service");
-                used.insert(metric);
-            }
+            used.extend(exported_metrics_of(&format!("alert {alert}"), &text(&rule["expr"]), &exported));
             let severity = text(&rule["labels"]["severity"]);
             assert!(
                 ["critical", "warning", "ticket"].contains(&severity.as_str()),
