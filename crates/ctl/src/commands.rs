@@ -47,7 +47,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<Done> {
 async fn dispatch(store: &Store, config: &RecoveryConfig, out: Out, command: Command) -> anyhow::Result<Done> {
     match command {
         Command::List { status, limit } => list(store, out, store.list(status, limit).await?).await,
-        Command::Stuck { older_than_ms, limit } => list(store, out, store.stuck(older_than_ms, limit).await?).await,
+        Command::Stuck { older_than_ms, limit } => stuck(store, out, store.stuck(older_than_ms, limit).await?).await,
         Command::Show { biz_id } => show(store, out, &biz_id).await,
         Command::Tickets { state, limit } => {
             let state = state.map(|s| if s == "open" { TicketState::Open } else { TicketState::Resolved });
@@ -77,11 +77,44 @@ async fn list(store: &Store, out: Out, sagas: Vec<Saga>) -> anyhow::Result<Done>
         out.json(&json!(sagas.iter().map(saga_json).collect::<Vec<_>>()))?;
         return Ok(Done::Ok);
     }
-    let now = store.now_ms().await?;
-    let mut table =
-        Table::new(&["BIZ_ID", "STATUS", "VERSION", "EPOCH", "OWNER", "LEASE", "UPDATED", "ATTEMPTS", "LAST_ERROR"]);
+    print_sagas(store, &sagas, None).await
+}
+
+/// Like `list`, with what each saga waits for: a saga that has not started waits without a
+/// write while an earlier saga of its order is unfinished, so the row that holds it up is
+/// named (`WAITS_FOR`, `waits_for` in JSON; one query per such saga, at most `--limit`).
+async fn stuck(store: &Store, out: Out, sagas: Vec<Saga>) -> anyhow::Result<Done> {
+    let mut waits_for = Vec::with_capacity(sagas.len());
     for saga in &sagas {
-        table.row(vec![
+        let earlier = if saga.status == Status::Received { store.earlier_unfinished(saga).await? } else { None };
+        waits_for.push(earlier);
+    }
+    if out.json {
+        let rows: Vec<serde_json::Value> = sagas
+            .iter()
+            .zip(&waits_for)
+            .map(|(saga, earlier)| {
+                let mut row = saga_json(saga);
+                row["waits_for"] = json!(earlier);
+                row
+            })
+            .collect();
+        out.json(&json!(rows))?;
+        return Ok(Done::Ok);
+    }
+    print_sagas(store, &sagas, Some(&waits_for)).await
+}
+
+async fn print_sagas(store: &Store, sagas: &[Saga], waits_for: Option<&[Option<String>]>) -> anyhow::Result<Done> {
+    let now = store.now_ms().await?;
+    let mut headers = vec!["BIZ_ID", "STATUS", "VERSION", "EPOCH", "OWNER", "LEASE", "UPDATED", "ATTEMPTS"];
+    if waits_for.is_some() {
+        headers.push("WAITS_FOR");
+    }
+    headers.push("LAST_ERROR");
+    let mut table = Table::new(&headers);
+    for (i, saga) in sagas.iter().enumerate() {
+        let mut row = vec![
             saga.biz_id.clone(),
             saga.status.to_string(),
             saga.version.to_string(),
@@ -90,8 +123,12 @@ async fn list(store: &Store, out: Out, sagas: Vec<Saga>) -> anyhow::Result<Done>
             lease(saga, now),
             age(saga.updated_at_ms, now),
             saga.attempts.to_string(),
-            or_dash(saga.last_error.as_deref()),
-        ]);
+        ];
+        if let Some(waits_for) = waits_for {
+            row.push(or_dash(waits_for.get(i).and_then(Option::as_deref)));
+        }
+        row.push(or_dash(saga.last_error.as_deref()));
+        table.row(row);
     }
     print!("{}", table.render());
     if table.is_empty() {

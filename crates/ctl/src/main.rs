@@ -58,7 +58,8 @@ enum Command {
     },
     /// One saga: its row, its timeline from the transition log, its tickets.
     Show { biz_id: String },
-    /// Unfinished sagas not updated for a while.
+    /// Unfinished sagas not updated for a while; one that has not started names the earlier
+    /// unfinished saga of its order it waits for (WAITS_FOR).
     Stuck {
         #[arg(long, default_value_t = 60_000)]
         older_than_ms: i64,

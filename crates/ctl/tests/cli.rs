@@ -159,9 +159,27 @@ async fn tickets_stuck_and_reconcile(db: &TestDb) {
     assert_eq!(missing.code, 1, "{}", missing.stderr);
 
     arrive(store, "O-1", 1).await;
+    // A later event of the same order, held up by the first until it finishes.
+    let now = store.now_ms().await.expect("clock");
+    let refund = OrderEvent { event_type: "REFUNDED".into(), ..event("O-1") };
+    let later = Saga::received(&refund, Source { topic: "orders".into(), partition: 0, offset: 3 }, now, now + 600_000);
+    store.insert_arrivals(&[later], "c1", 60_000, "consumer:c1").await.expect("insert");
     let stuck = sagactl(db, &["stuck", "--older-than-ms", "0", "--json"]).await.ok().json();
-    let ids: Vec<&str> = stuck.as_array().expect("array").iter().filter_map(|s| s["biz_id"].as_str()).collect();
-    assert_eq!(ids, vec!["O-1:PAID"], "terminal sagas are not stuck");
+    let mut waits: Vec<(&str, Option<&str>)> = stuck
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|s| (s["biz_id"].as_str().expect("biz_id"), s["waits_for"].as_str()))
+        .collect();
+    waits.sort_unstable();
+    assert_eq!(
+        waits,
+        vec![("O-1:PAID", None), ("O-1:REFUNDED", Some("O-1:PAID"))],
+        "terminal sagas are not stuck; the later saga names the one it waits for"
+    );
+    let table = sagactl(db, &["stuck", "--older-than-ms", "0"]).await.ok();
+    let refunded = table.stdout.lines().find(|line| line.starts_with("O-1:REFUNDED")).expect("row");
+    assert!(table.stdout.contains("WAITS_FOR") && refunded.contains("O-1:PAID"), "{}", table.stdout);
 
     // Reconcile once against mocks holding an orphan lock.
     let mocks = MockDownstreams::start(MockOptions::default()).await;
