@@ -118,26 +118,15 @@ struct Observers {
 fn observers() -> &'static Observers {
     static OBSERVERS: OnceLock<Observers> = OnceLock::new();
     OBSERVERS.get_or_init(|| {
-        let meter = metrics::meter();
         let (mut counters, mut gauges) = (Vec::new(), Vec::new());
         for (field, _) in Snapshot::default().fields() {
-            let sum = move || sum(field);
+            let value = move |counters: &Counters| metrics::field_value(counters.snapshot().fields(), field);
             match kind(field) {
-                Kind::Gauge => gauges.push(
-                    meter
-                        .u64_observable_gauge(counter_name(field))
-                        .with_callback(move |o| o.observe(sum(), &[]))
-                        .build(),
-                ),
-                _ => counters.push(
-                    meter
-                        .u64_observable_counter(counter_name(field))
-                        .with_callback(move |o| o.observe(sum(), &[]))
-                        .build(),
-                ),
+                Kind::Gauge => gauges.push(CONSUMERS.sum_gauge(counter_name(field), value)),
+                _ => counters.push(CONSUMERS.sum_counter(counter_name(field), None, value)),
             }
         }
-        let lag = meter
+        let lag = metrics::meter()
             .i64_observable_gauge(metrics::CONSUMER_LAG.name)
             .with_description(metrics::CONSUMER_LAG.help)
             .with_callback(|observer| {
@@ -154,12 +143,6 @@ fn observers() -> &'static Observers {
             .build();
         Observers { _counters: counters, _gauges: gauges, _lag: lag }
     })
-}
-
-/// `field` summed over the process's live consumers.
-fn sum(field: &str) -> u64 {
-    CONSUMERS
-        .sum(|counters| counters.snapshot().fields().into_iter().find(|(name, _)| *name == field).map_or(0, |(_, v)| v))
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -280,26 +280,17 @@ fn store_metric(field: &str) -> String {
     format!("midflight.store.{field}")
 }
 
-/// `field` summed over the process's live stores.
-fn store_sum(field: &str) -> u64 {
-    STORES.sum(|counters| counters.read().fields().into_iter().find(|(name, _)| *name == field).map_or(0, |(_, v)| v))
-}
-
-/// The observers, registered once per process and kept so they stay registered. Their
-/// callbacks read only the live set, so a collection may run at any time.
+/// The observers, registered once per process and kept so they stay registered.
 fn store_observers() -> &'static Vec<ObservableCounter<u64>> {
     static OBSERVERS: OnceLock<Vec<ObservableCounter<u64>>> = OnceLock::new();
     OBSERVERS.get_or_init(|| {
-        let meter = metrics::meter();
         StoreStats::default()
             .fields()
             .into_iter()
             .map(|(field, _)| {
-                meter
-                    .u64_observable_counter(store_metric(field))
-                    .with_description(store_help(field))
-                    .with_callback(move |observer| observer.observe(store_sum(field), &[]))
-                    .build()
+                STORES.sum_counter(store_metric(field), Some(store_help(field)), move |counters| {
+                    metrics::field_value(counters.read().fields(), field)
+                })
             })
             .collect()
     })

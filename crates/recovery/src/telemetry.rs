@@ -125,23 +125,14 @@ fn fields(snapshot: &StatsSnapshot) -> Vec<(String, u64)> {
 fn observers() -> &'static Vec<ObservableCounter<u64>> {
     static OBSERVERS: OnceLock<Vec<ObservableCounter<u64>>> = OnceLock::new();
     OBSERVERS.get_or_init(|| {
-        let meter = metrics::meter();
         fields(&StatsSnapshot::default())
             .into_iter()
             .map(|(field, _)| {
-                let name = field.clone();
-                meter
-                    .u64_observable_counter(stat_name(&field))
-                    .with_callback(move |o| o.observe(sum(&name), &[]))
-                    .build()
+                let name = stat_name(&field);
+                WORKERS.sum_counter(name, None, move |stats| metrics::field_value(fields(&stats.snapshot()), &field))
             })
             .collect()
     })
-}
-
-/// `field` summed over the process's live workers.
-fn sum(field: &str) -> u64 {
-    WORKERS.sum(|stats| fields(&stats.snapshot()).into_iter().find(|(name, _)| name == field).map_or(0, |(_, v)| v))
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@
 
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter, UpDownCounter};
+use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter, ObservableCounter, ObservableGauge, UpDownCounter};
 
 /// The instrumentation scope of every midflight instrument.
 pub const METER: &str = "midflight";
@@ -310,6 +310,39 @@ impl<T> LiveSet<T> {
     }
 }
 
+impl<T: Send + Sync + 'static> LiveSet<T> {
+    /// An observable counter `name` that reports `value` summed over the live members at each
+    /// collection. Keep it for the life of the process (a `OnceLock`): that keeps it registered.
+    /// Its callback reads only this set, so a collection may run at any time.
+    pub fn sum_counter(
+        &'static self,
+        name: String,
+        help: Option<&'static str>,
+        value: impl Fn(&T) -> u64 + Send + Sync + 'static,
+    ) -> ObservableCounter<u64> {
+        let meter = meter();
+        let builder = meter.u64_observable_counter(name).with_callback(move |o| o.observe(self.sum(&value), &[]));
+        match help {
+            Some(help) => builder.with_description(help).build(),
+            None => builder.build(),
+        }
+    }
+
+    /// Like [`LiveSet::sum_counter`], for a value that goes up and down (a gauge).
+    pub fn sum_gauge(
+        &'static self,
+        name: String,
+        value: impl Fn(&T) -> u64 + Send + Sync + 'static,
+    ) -> ObservableGauge<u64> {
+        meter().u64_observable_gauge(name).with_callback(move |o| o.observe(self.sum(&value), &[])).build()
+    }
+}
+
+/// The value of `field` among a counter struct's `(name, value)` fields; 0 if it has none.
+pub fn field_value<N: AsRef<str>>(fields: impl IntoIterator<Item = (N, u64)>, field: &str) -> u64 {
+    fields.into_iter().find(|(name, _)| name.as_ref() == field).map_or(0, |(_, value)| value)
+}
+
 impl<T> Default for LiveSet<T> {
     fn default() -> LiveSet<T> {
         LiveSet::new()
@@ -333,5 +366,13 @@ mod live_set_tests {
         set.register(&Arc::new(5_u64));
         assert_eq!(set.sum(|n| *n), 3, "a member dropped at once is not counted");
         assert_eq!(set.members().len(), 1, "dead members are let go");
+    }
+
+    #[test]
+    fn a_field_is_found_by_name() {
+        let fields = [("write_txns", 3), ("refused", 0)];
+        assert_eq!(field_value(fields, "write_txns"), 3);
+        assert_eq!(field_value(vec![("n".to_owned(), 9)], "n"), 9);
+        assert_eq!(field_value(fields, "missing"), 0, "a field the struct lacks reads 0");
     }
 }
