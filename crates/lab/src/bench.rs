@@ -90,6 +90,12 @@ pub struct BenchArgs {
     /// Extra `--set key=value` for every midflight consumer (variants, e.g. pool size).
     #[arg(long = "consumer-set")]
     pub consumer_set: Vec<String>,
+    /// Recovery workers of midflight (the Kubernetes manifests run 2).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=16))]
+    pub recovery_workers: u64,
+    /// Extra `--set key=value` for every midflight recovery worker (e.g. its pool size).
+    #[arg(long = "recovery-set")]
+    pub recovery_set: Vec<String>,
     /// `runtime.worker_threads` of every service of every system (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub worker_threads: usize,

@@ -57,6 +57,8 @@ pub struct SystemSpec {
     pub timings: bool,
     /// Extra `--set key=value` flags for every midflight consumer (benchmark variants).
     pub consumer_set: Vec<String>,
+    /// The same for every recovery worker.
+    pub recovery_set: Vec<String>,
     pub lease_ms: i64,
     pub rpc_timeout_ms: u64,
     pub session_timeout_ms: u64,
@@ -95,6 +97,7 @@ impl SystemSpec {
             nostate: false,
             timings: false,
             consumer_set: Vec::new(),
+            recovery_set: Vec::new(),
             // Short enough that a crashed consumer's sagas are picked up within seconds.
             lease_ms: 5_000,
             rpc_timeout_ms: 1_000,
@@ -357,7 +360,11 @@ impl System {
             return Ok(());
         }
         let path = self.write_config(&name, &self.recovery_config(&name))?;
-        self.processes.start(&name, Spec { binary: "recovery-worker", args: config_args(&path), env: Vec::new() })?;
+        let mut args = config_args(&path);
+        for setting in &self.spec.recovery_set {
+            args.extend(["--set".to_owned(), setting.clone()]);
+        }
+        self.processes.start(&name, Spec { binary: "recovery-worker", args, env: Vec::new() })?;
         Ok(())
     }
 

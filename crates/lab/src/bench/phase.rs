@@ -330,7 +330,7 @@ fn spec(args: &BenchArgs, run_dir: &Path, kind: SystemKind, name: &str) -> Syste
     spec.nostate = kind == SystemKind::BaselineB;
     spec.timings = !kind.is_midflight();
     spec.consumers = if kind == SystemKind::BaselineA { args.baseline_a_consumers } else { args.consumers };
-    spec.recovery_workers = usize::from(kind.is_midflight());
+    spec.recovery_workers = if kind.is_midflight() { usize::try_from(args.recovery_workers).unwrap_or(1) } else { 0 };
     // The production defaults (DriverSettings), not the scenario catalogue's short lease.
     spec.lease_ms = 30_000;
     spec.rpc_timeout_ms = 2_000;
@@ -342,6 +342,7 @@ fn spec(args: &BenchArgs, run_dir: &Path, kind: SystemKind, name: &str) -> Syste
     spec.kafka_bootstrap = args.kafka.clone();
     if kind.is_midflight() {
         spec.consumer_set = args.consumer_set.clone();
+        spec.recovery_set = args.recovery_set.clone();
     }
     if !args.no_latency {
         spec.wms_faults = latency_plan("LockStock", WMS_LATENCY_MS);
@@ -936,6 +937,36 @@ mod tests {
 
     fn timing(received_at_ms: Option<i64>, done_at_ms: i64, call_ms: u64) -> Timing {
         Timing { biz_id: "order-1:created".to_owned(), received_at_ms, done_at_ms, call_ms }
+    }
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    fn args(flags: &[&str]) -> Result<BenchArgs, clap::Error> {
+        use clap::Parser as _;
+        Cli::try_parse_from([&["bench"], flags].concat()).map(|cli| cli.bench)
+    }
+
+    #[test]
+    fn recovery_workers_and_their_settings_go_to_midflight_only() {
+        let args = args(&["--recovery-workers", "2", "--recovery-set", "database.max_connections=6"]).expect("flags");
+        let midflight = spec(&args, Path::new("run"), SystemKind::MidflightMariadb, "m");
+        assert_eq!(
+            (midflight.recovery_workers, midflight.recovery_set.as_slice()),
+            (2, &["database.max_connections=6".to_owned()][..])
+        );
+        let baseline = spec(&args, Path::new("run"), SystemKind::BaselineB, "b");
+        assert_eq!(
+            (baseline.recovery_workers, baseline.recovery_set.len()),
+            (0, 0),
+            "a baseline has no recovery worker"
+        );
+        let default = spec(&self::args(&[]).expect("no flags"), Path::new("run"), SystemKind::MidflightSqlite, "s");
+        assert_eq!(default.recovery_workers, 1);
+        assert!(self::args(&["--recovery-workers", "0"]).is_err(), "midflight needs a recovery worker");
     }
 
     #[test]
