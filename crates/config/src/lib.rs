@@ -88,6 +88,7 @@ pub fn load<T: Config>(sources: &Sources) -> Result<T, Error> {
         if path.len() == 1 && defaults.get(&path[0]).is_none() {
             continue;
         }
+        let path = property_path(path, true);
         set_path(&mut merged, &defaults, &path, raw, &format!("environment variable {name}"))?;
     }
     for item in &sources.overrides {
@@ -98,6 +99,7 @@ pub fn load<T: Config>(sources: &Sources) -> Result<T, Error> {
             });
         };
         let path: Vec<String> = key.trim().split('.').map(str::to_owned).collect();
+        let path = property_path(path, false);
         set_path(&mut merged, &defaults, &path, raw, &format!("override {key}"))?;
     }
     let config: T = serde_json::from_value(merged).map_err(|e| Error::Shape { message: e.to_string() })?;
@@ -134,13 +136,33 @@ fn merge(base: &mut Value, layer: Value) {
     }
 }
 
+/// Where librdkafka's own properties live in a service's configuration.
+const KAFKA_PROPERTIES: [&str; 2] = ["kafka", "properties"];
+
+/// A flag's or variable's path into `kafka.properties` names one librdkafka property, whose name
+/// has dots of its own: the rest of the path is that name, joined by dots (a variable's
+/// underscores are dots too, so `MIDFLIGHT_KAFKA__PROPERTIES__SECURITY_PROTOCOL` sets
+/// `security.protocol`).
+fn property_path(path: Vec<String>, from_env: bool) -> Vec<String> {
+    if path.len() <= KAFKA_PROPERTIES.len() || path[..KAFKA_PROPERTIES.len()] != KAFKA_PROPERTIES {
+        return path;
+    }
+    let name = path[KAFKA_PROPERTIES.len()..].join(".");
+    let name = if from_env { name.replace('_', ".") } else { name };
+    let mut folded = path[..KAFKA_PROPERTIES.len()].to_vec();
+    folded.push(name);
+    folded
+}
+
 fn set_path(merged: &mut Value, defaults: &Value, path: &[String], raw: &str, origin: &str) -> Result<(), Error> {
     let bad = |message: String| Error::BadValue { origin: origin.to_owned(), message };
     if path.is_empty() || path.iter().any(String::is_empty) {
         return Err(bad("empty key".to_owned()));
     }
     let shape = path.iter().try_fold(defaults, |node, key| node.get(key));
-    let value = typed(raw, shape).map_err(bad)?;
+    // A librdkafka property's value is text as given: `12e5` is not a number to reformat.
+    let is_property = path.len() == KAFKA_PROPERTIES.len() + 1 && path[..KAFKA_PROPERTIES.len()] == KAFKA_PROPERTIES;
+    let value = if is_property { Value::String(raw.to_owned()) } else { typed(raw, shape).map_err(bad)? };
     let mut node = merged;
     for key in &path[..path.len() - 1] {
         if !node.is_object() {

@@ -1,5 +1,7 @@
 //! The loader's layering, typing and error reporting.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::*;
@@ -97,4 +99,44 @@ fn lists_parse_from_commas() {
     }
     let lists: Lists = load(&sources(&[("MIDFLIGHT_REGIONS", "A, B")], &[])).expect("loads");
     assert_eq!(lists.regions, vec!["A", "B"]);
+}
+
+#[test]
+fn librdkafka_properties_keep_dotted_names_and_text_values() {
+    let dir = std::env::temp_dir().join(format!("midflight-config-properties-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("demo.toml");
+    // Quoted names are one key; an unquoted dotted name is a nested table in TOML.
+    let toml = "[kafka.properties]\n\"fetch.wait.max.ms\" = 100\n\"socket.keepalive.enable\" = true\n\
+                statistics.interval.ms = \"5000\"\n";
+    std::fs::write(&file, toml).expect("write");
+    let mut s = sources(
+        &[("MIDFLIGHT_KAFKA__PROPERTIES__SECURITY_PROTOCOL", "SASL_SSL")],
+        &["kafka.properties.sasl.password=12e5", "kafka.properties.linger.ms=5", "kafka.properties.debug=cgrp"],
+    );
+    s.file = Some(file);
+    let demo: Demo = load(&s).expect("loads");
+    let expected: BTreeMap<String, String> = [
+        ("debug", "cgrp"),
+        ("fetch.wait.max.ms", "100"),
+        ("linger.ms", "5"),
+        ("sasl.password", "12e5"),
+        ("security.protocol", "SASL_SSL"),
+        ("socket.keepalive.enable", "true"),
+        ("statistics.interval.ms", "5000"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    assert_eq!(demo.kafka.properties, expected);
+    // Rendered back, each is one quoted name: the file a service prints loads as the same.
+    let rendered = to_toml(&demo);
+    assert!(rendered.contains("\"fetch.wait.max.ms\" = \"100\""), "{rendered}");
+
+    std::fs::write(dir.join("twice.toml"), "[kafka.properties]\n\"linger.ms\" = 5\nlinger.ms = 6\n").expect("write");
+    let twice = Sources { file: Some(dir.join("twice.toml")), ..Sources::default() };
+    let err = load::<Demo>(&twice).expect_err("one name twice");
+    assert!(err.to_string().contains("linger.ms is given twice"), "{err}");
+    let err = load::<Demo>(&sources(&[], &["kafka.properties=x"])).expect_err("not a table");
+    assert!(err.to_string().contains("kafka.properties"), "{err}");
 }
