@@ -76,6 +76,8 @@ pub fn load<T: Config>(sources: &Sources) -> Result<T, Error> {
     let mut merged = defaults.clone();
     if let Some(path) = &sources.file {
         merge(&mut merged, read_file(path)?);
+        // Flat before the later layers, so that a flag's `linger.ms` replaces the file's.
+        flatten_properties(&mut merged, &format!("config file {}", path.display()))?;
     }
     let mut env: Vec<&(String, String)> = sources.env.iter().filter(|(k, _)| k.starts_with(ENV_PREFIX)).collect();
     // Sorted so the outcome never depends on the order the OS lists variables in.
@@ -102,6 +104,8 @@ pub fn load<T: Config>(sources: &Sources) -> Result<T, Error> {
         let path = property_path(path, false);
         set_path(&mut merged, &defaults, &path, raw, &format!("override {key}"))?;
     }
+    // A whole table given at once (`--set 'kafka.properties={"linger.ms": 5}'`).
+    flatten_properties(&mut merged, "the environment or a flag")?;
     let config: T = serde_json::from_value(merged).map_err(|e| Error::Shape { message: e.to_string() })?;
     let problems = config.problems();
     if problems.is_empty() { Ok(config) } else { Err(Error::Invalid { problems }) }
@@ -139,19 +143,82 @@ fn merge(base: &mut Value, layer: Value) {
 /// Where librdkafka's own properties live in a service's configuration.
 const KAFKA_PROPERTIES: [&str; 2] = ["kafka", "properties"];
 
+/// librdkafka properties whose names have underscores (CONFIGURATION.md): a variable naming
+/// one keeps them.
+const UNDERSCORED_PROPERTIES: [&str; 2] = ["log_level", "enabled_events"];
+
 /// A flag's or variable's path into `kafka.properties` names one librdkafka property, whose name
 /// has dots of its own: the rest of the path is that name, joined by dots (a variable's
 /// underscores are dots too, so `MIDFLIGHT_KAFKA__PROPERTIES__SECURITY_PROTOCOL` sets
-/// `security.protocol`).
+/// `security.protocol`, but for [`UNDERSCORED_PROPERTIES`]).
 fn property_path(path: Vec<String>, from_env: bool) -> Vec<String> {
-    if path.len() <= KAFKA_PROPERTIES.len() || path[..KAFKA_PROPERTIES.len()] != KAFKA_PROPERTIES {
+    if path.len() <= KAFKA_PROPERTIES.len()
+        || path[..KAFKA_PROPERTIES.len()] != KAFKA_PROPERTIES
+        || path.iter().any(String::is_empty)
+    {
+        // An empty part (`kafka.properties..x`) is refused as an empty key by `set_path`.
         return path;
     }
     let name = path[KAFKA_PROPERTIES.len()..].join(".");
-    let name = if from_env { name.replace('_', ".") } else { name };
+    let name = if from_env && !UNDERSCORED_PROPERTIES.contains(&name.as_str()) { name.replace('_', ".") } else { name };
     let mut folded = path[..KAFKA_PROPERTIES.len()].to_vec();
     folded.push(name);
     folded
+}
+
+/// Rewrites `kafka.properties` in `merged` as librdkafka takes it: one dotted name per
+/// property (a file's nested tables, `security.protocol = ...` unquoted, are joined) and text
+/// values (a number or boolean as its text; a whole number written as a float, `1e3`, as
+/// `1000`). Anything else (a list, a date) is refused with the property's name.
+fn flatten_properties(merged: &mut Value, origin: &str) -> Result<(), Error> {
+    fn flatten(
+        prefix: &str,
+        table: Map<String, Value>,
+        out: &mut Map<String, Value>,
+        origin: &str,
+    ) -> Result<(), Error> {
+        let bad = |name: &str, message: &str| Error::BadValue {
+            origin: origin.to_owned(),
+            message: format!("kafka.properties.{name}: {message}"),
+        };
+        for (key, value) in table {
+            let name = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
+            let text = match value {
+                // How a TOML date-time arrives here: a table with one private key.
+                Value::Object(table) if table.keys().any(|k| k.starts_with("$__toml_private")) => {
+                    return Err(bad(&name, "a date-time; write the value as a string"));
+                }
+                Value::Object(table) => {
+                    flatten(&name, table, out, origin)?;
+                    continue;
+                }
+                Value::String(text) => text,
+                Value::Bool(b) => b.to_string(),
+                Value::Number(n) => match n.as_f64() {
+                    Some(f) if !n.is_i64() && !n.is_u64() && f.fract() == 0.0 && f.abs() < 9.0e15 => format!("{f:.0}"),
+                    _ => n.to_string(),
+                },
+                Value::Array(_) | Value::Null => return Err(bad(&name, "expected text, a number or true/false")),
+            };
+            if out.insert(name.clone(), Value::String(text)).is_some() {
+                return Err(bad(&name, "given twice"));
+            }
+        }
+        Ok(())
+    }
+    let Some(slot) = merged.get_mut(KAFKA_PROPERTIES[0]).and_then(|kafka| kafka.get_mut(KAFKA_PROPERTIES[1])) else {
+        return Ok(());
+    };
+    let Value::Object(table) = std::mem::take(slot) else {
+        return Err(Error::BadValue {
+            origin: origin.to_owned(),
+            message: "kafka.properties must be a table of librdkafka properties".to_owned(),
+        });
+    };
+    let mut flat = Map::new();
+    flatten("", table, &mut flat, origin)?;
+    *slot = Value::Object(flat);
+    Ok(())
 }
 
 fn set_path(merged: &mut Value, defaults: &Value, path: &[String], raw: &str, origin: &str) -> Result<(), Error> {

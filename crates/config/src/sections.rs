@@ -32,52 +32,10 @@ pub struct KafkaSection {
     /// Extra librdkafka properties, passed through unchanged (they win over the fields above).
     /// Names keep their dots: in TOML quoted (`"security.protocol" = "SASL_SSL"`) or as nested
     /// tables (`security.protocol = ...` unquoted), `--set kafka.properties.security.protocol=...`,
-    /// or `MIDFLIGHT_KAFKA__PROPERTIES__SECURITY_PROTOCOL=...` (a variable's underscores are dots).
-    /// Values are text; a number or boolean in a file is taken as its text.
-    #[serde(deserialize_with = "librdkafka_properties")]
+    /// or `MIDFLIGHT_KAFKA__PROPERTIES__SECURITY_PROTOCOL=...` (a variable's underscores are dots,
+    /// but for librdkafka's own `log_level` and `enabled_events`). Values are text; a number or
+    /// boolean in a file is taken as its text (see the loader, `crate::load`).
     pub properties: BTreeMap<String, String>,
-}
-
-/// A `kafka.properties` value as a file may write it.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum PropertyValue {
-    Text(String),
-    Bool(bool),
-    Number(serde_json::Number),
-    Table(BTreeMap<String, PropertyValue>),
-}
-
-/// librdkafka's properties, flat: a nested table's keys become dotted names.
-fn librdkafka_properties<'de, D: serde::Deserializer<'de>>(
-    deserializer: D,
-) -> Result<BTreeMap<String, String>, D::Error> {
-    fn flatten(
-        prefix: &str,
-        table: BTreeMap<String, PropertyValue>,
-        out: &mut BTreeMap<String, String>,
-    ) -> Result<(), String> {
-        for (key, value) in table {
-            let name = if prefix.is_empty() { key } else { format!("{prefix}.{key}") };
-            let text = match value {
-                PropertyValue::Table(table) => {
-                    flatten(&name, table, out)?;
-                    continue;
-                }
-                PropertyValue::Text(text) => text,
-                PropertyValue::Bool(b) => b.to_string(),
-                PropertyValue::Number(n) => n.to_string(),
-            };
-            if out.insert(name.clone(), text).is_some() {
-                return Err(format!("kafka.properties: {name} is given twice"));
-            }
-        }
-        Ok(())
-    }
-    let table = BTreeMap::<String, PropertyValue>::deserialize(deserializer)?;
-    let mut out = BTreeMap::new();
-    flatten("", table, &mut out).map_err(serde::de::Error::custom)?;
-    Ok(out)
 }
 
 impl Default for KafkaSection {

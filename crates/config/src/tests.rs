@@ -108,10 +108,13 @@ fn librdkafka_properties_keep_dotted_names_and_text_values() {
     let file = dir.join("demo.toml");
     // Quoted names are one key; an unquoted dotted name is a nested table in TOML.
     let toml = "[kafka.properties]\n\"fetch.wait.max.ms\" = 100\n\"socket.keepalive.enable\" = true\n\
-                statistics.interval.ms = \"5000\"\n";
+                statistics.interval.ms = \"5000\"\nsecurity.protocol = \"PLAINTEXT\"\n\"queue.buffering.max.ms\" = 1e3\n";
     std::fs::write(&file, toml).expect("write");
     let mut s = sources(
-        &[("MIDFLIGHT_KAFKA__PROPERTIES__SECURITY_PROTOCOL", "SASL_SSL")],
+        &[
+            ("MIDFLIGHT_KAFKA__PROPERTIES__SECURITY_PROTOCOL", "SASL_SSL"),
+            ("MIDFLIGHT_KAFKA__PROPERTIES__LOG_LEVEL", "7"),
+        ],
         &["kafka.properties.sasl.password=12e5", "kafka.properties.linger.ms=5", "kafka.properties.debug=cgrp"],
     );
     s.file = Some(file);
@@ -120,6 +123,8 @@ fn librdkafka_properties_keep_dotted_names_and_text_values() {
         ("debug", "cgrp"),
         ("fetch.wait.max.ms", "100"),
         ("linger.ms", "5"),
+        ("log_level", "7"),
+        ("queue.buffering.max.ms", "1000"),
         ("sasl.password", "12e5"),
         ("security.protocol", "SASL_SSL"),
         ("socket.keepalive.enable", "true"),
@@ -128,15 +133,31 @@ fn librdkafka_properties_keep_dotted_names_and_text_values() {
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
     .collect();
-    assert_eq!(demo.kafka.properties, expected);
+    assert_eq!(demo.kafka.properties, expected, "a variable overrides the file's nested name; log_level keeps its _");
     // Rendered back, each is one quoted name: the file a service prints loads as the same.
     let rendered = to_toml(&demo);
     assert!(rendered.contains("\"fetch.wait.max.ms\" = \"100\""), "{rendered}");
+    std::fs::write(dir.join("printed.toml"), &rendered).expect("write");
+    let printed = Sources { file: Some(dir.join("printed.toml")), ..Sources::default() };
+    assert_eq!(load::<Demo>(&printed).expect("reloads"), demo);
+    // A whole table from a flag is flattened the same way.
+    let table: Demo = load(&sources(&[], &[r#"kafka.properties={"linger": {"ms": 5}}"#])).expect("a table");
+    assert_eq!(table.kafka.properties.get("linger.ms").map(String::as_str), Some("5"));
 
-    std::fs::write(dir.join("twice.toml"), "[kafka.properties]\n\"linger.ms\" = 5\nlinger.ms = 6\n").expect("write");
-    let twice = Sources { file: Some(dir.join("twice.toml")), ..Sources::default() };
-    let err = load::<Demo>(&twice).expect_err("one name twice");
-    assert!(err.to_string().contains("linger.ms is given twice"), "{err}");
+    let refused = |toml: &str, needle: &str| {
+        std::fs::write(dir.join("bad.toml"), toml).expect("write");
+        let bad = Sources { file: Some(dir.join("bad.toml")), ..Sources::default() };
+        let err = load::<Demo>(&bad).expect_err(toml);
+        assert!(err.to_string().contains(needle) && err.to_string().contains("bad.toml"), "{toml}: {err}");
+    };
+    refused("[kafka.properties]\n\"linger.ms\" = 5\nlinger.ms = 6\n", "kafka.properties.linger.ms: given twice");
+    refused(
+        "[kafka.properties]\n\"bootstrap.servers\" = [\"a\", \"b\"]\n",
+        "kafka.properties.bootstrap.servers: expected text",
+    );
+    refused("[kafka.properties]\nt = 2026-12-04T10:00:00Z\n", "kafka.properties.t: a date-time");
     let err = load::<Demo>(&sources(&[], &["kafka.properties=x"])).expect_err("not a table");
-    assert!(err.to_string().contains("kafka.properties"), "{err}");
+    assert!(err.to_string().contains("expected a JSON table"), "{err}");
+    let err = load::<Demo>(&sources(&[], &["kafka.properties..x=1"])).expect_err("an empty part");
+    assert!(err.to_string().contains("empty key"), "{err}");
 }
