@@ -7,7 +7,7 @@
 //! separated by commas (`midflight_consumer::kafka`). The baselines log the same lines here, so
 //! one reader measures every system.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use midflight_config::KafkaSection;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
@@ -75,6 +75,43 @@ pub fn longest_handover_ms(logs: &[String], from_ms: i64, until_ms: i64) -> Opti
         .filter(|c| (from_ms..until_ms).contains(&c.at_ms))
         .collect();
     longest_gap(changes)
+}
+
+/// The partitions some consumer holds at the end of its log, over the logs of the consumers
+/// still running (one text per log file: one incarnation each). Each log's changes are taken in
+/// order: an assignment adds its partitions, a revocation takes its own away. Lines are read in
+/// either log format the services write (JSON, or the compact text format).
+pub fn held_at_end(logs: &[String]) -> BTreeSet<String> {
+    let mut held = BTreeSet::new();
+    for text in logs {
+        let mut mine: BTreeSet<String> = BTreeSet::new();
+        for change in text.lines().filter_map(|line| parse_change(line).or_else(|| parse_compact(line))) {
+            for partition in change.partitions {
+                if change.assigned {
+                    mine.insert(partition);
+                } else {
+                    mine.remove(&partition);
+                }
+            }
+        }
+        held.extend(mine);
+    }
+    held
+}
+
+/// A change from a compact text line (`... INFO partitions assigned owner=c-1 assigned=orders/1,orders/2`).
+/// Only the order of lines matters to [`held_at_end`], so the time is not read.
+fn parse_compact(line: &str) -> Option<Change> {
+    let (assigned, field) = if line.contains(ASSIGNED) {
+        (true, " assigned=")
+    } else if line.contains(REVOKED) {
+        (false, " revoked=")
+    } else {
+        return None;
+    };
+    let value = line.split_once(field)?.1.split(' ').next().unwrap_or("");
+    let partitions = value.split(',').filter(|p| !p.is_empty()).map(str::to_owned).collect();
+    Some(Change { at_ms: 0, assigned, partitions })
 }
 
 fn parse_change(line: &str) -> Option<Change> {
@@ -146,6 +183,27 @@ mod tests {
     fn line(at: &str, message: &str, field: &str, partitions: &str) -> String {
         serde_json::json!({"timestamp": at, "level": "INFO", "message": message, "owner": "c", field: partitions})
             .to_string()
+    }
+
+    #[test]
+    fn what_the_running_consumers_hold_at_the_end_in_either_log_format() {
+        let json = [
+            line("2026-12-02T10:00:00.000Z", ASSIGNED, "assigned", "orders/0,orders/1,orders/2"),
+            line("2026-12-02T10:00:05.000Z", REVOKED, "revoked", "orders/0,orders/1,orders/2"),
+            line("2026-12-02T10:00:06.000Z", ASSIGNED, "assigned", "orders/1"),
+        ]
+        .join("\n");
+        let compact = [
+            "2026-12-02T10:00:00.000000Z  INFO partitions assigned owner=c-2 assigned=orders/3,orders/4",
+            "2026-12-02T10:00:01.000000Z  INFO saga finished biz_id=o-1",
+            "2026-12-02T10:00:05.000000Z  INFO partitions revoked owner=c-2 revoked=orders/4 lost=false",
+            "2026-12-02T10:00:06.000000Z  INFO partitions assigned owner=c-2 assigned=",
+        ]
+        .join("\n");
+        let held: Vec<String> = held_at_end(&[json, compact.clone()]).into_iter().collect();
+        assert_eq!(held, ["orders/1", "orders/3"]);
+        assert!(held_at_end(&[String::new()]).is_empty(), "a consumer that never got a partition holds none");
+        assert_eq!(held_at_end(&[compact]).len(), 1);
     }
 
     #[test]

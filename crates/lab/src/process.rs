@@ -166,6 +166,11 @@ impl Supervisor {
         self.children.keys().cloned().collect()
     }
 
+    /// The log file of `name`'s latest incarnation.
+    pub fn current_log(&self, name: &str) -> Option<PathBuf> {
+        self.children.get(name).map(|r| self.logs.join(format!("{name}.{}.log", r.generation)))
+    }
+
     pub fn pid(&self, name: &str) -> Option<u32> {
         self.children.get(name).map(|r| r.child.id())
     }

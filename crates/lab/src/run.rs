@@ -259,6 +259,9 @@ pub async fn execute(plan: Plan) -> anyhow::Result<RunReport> {
     let seconds = started.elapsed().as_secs_f64();
     let mut notes = crashes(&mut system, &intentional);
     notes.append(&mut unfired);
+    if !quiescent {
+        notes.extend(unheld_partitions(&mut system).await);
+    }
     let mut report = if legacy {
         legacy_report(&system, &expected, &name).await?
     } else {
@@ -277,6 +280,61 @@ pub async fn execute(plan: Plan) -> anyhow::Result<RunReport> {
         report.notes.push(format!("saga database on the MySQL server: {database}"));
     }
     Ok(report)
+}
+
+/// For a run that ended unsettled: the order topic's partitions that no running consumer held
+/// at the end, by the assignment lines of their logs, each with the messages past the group's
+/// commit there. A group that hands partitions to nobody (a rebalance that never completes)
+/// leaves those messages in Kafka, where the checker counts them as lost (docs/campaigns.md
+/// has such a campaign).
+async fn unheld_partitions(system: &mut System) -> Option<String> {
+    let consumers: Vec<String> = system.processes.names().into_iter().filter(|n| n.starts_with("consumer-")).collect();
+    let mut logs = Vec::new();
+    for name in consumers {
+        if system.processes.is_running(&name)
+            && let Some(path) = system.processes.current_log(&name)
+        {
+            logs.push(std::fs::read_to_string(path).unwrap_or_default());
+        }
+    }
+    let held = crate::membership::held_at_end(&logs);
+    let topic = system.names.order_topic.clone();
+    let unheld: Vec<i32> = (0..system.spec.partitions).filter(|p| !held.contains(&format!("{topic}/{p}"))).collect();
+    if unheld.is_empty() {
+        return None;
+    }
+    // What waits there, if the broker answers; the partitions alone say enough if it does not.
+    let committed = system.kafka.committed(&system.names.group, &topic).await.ok();
+    let ends = system.kafka.end_offsets(&topic).await.ok();
+    // Per partition: its text, and how many messages at most wait there past the group's commit.
+    let describe = |partition: &i32| -> (String, Option<i64>) {
+        let name = format!("{topic}/{partition}");
+        let end = ends.as_ref().and_then(|ends| ends.get(partition));
+        match (committed.as_ref().map(|c| c.get(partition)), end) {
+            (Some(Some(commit)), Some(end)) => {
+                (format!("{name} ({} past the group's commit)", end - commit), Some(end - commit))
+            }
+            (Some(None), Some(end)) => (format!("{name} (no commit; end offset {end})"), Some(*end)),
+            _ => (name, None),
+        }
+    };
+    let described: Vec<(String, Option<i64>)> = unheld.iter().map(describe).collect();
+    let waiting = described.iter().map(|(_, n)| *n).sum::<Option<i64>>();
+    Some(format!(
+        "at the end {} of the {} partitions had no owner among the {} running consumer(s), by their logs: {}{}",
+        unheld.len(),
+        system.spec.partitions,
+        logs.len(),
+        described.into_iter().map(|(text, _)| text).collect::<Vec<_>>().join(", "),
+        match waiting {
+            Some(0) => "; nothing waits there past the group's commits".to_owned(),
+            Some(n) => format!(
+                "; at most {n} message(s) wait there in Kafka, unread by the group (one that hands partitions to \
+                 nobody shows this way)"
+            ),
+            None => String::new(),
+        }
+    ))
 }
 
 /// The produce tasks that have finished, removed from `waves`.

@@ -224,6 +224,16 @@ impl EmbeddedKafka {
         .await
     }
 
+    /// The end offset (high watermark) of each partition of `topic`.
+    pub async fn end_offsets(&self, topic: &str) -> KafkaResult<BTreeMap<i32, i64>> {
+        let (bootstrap, topic) = (self.bootstrap.clone(), topic.to_owned());
+        blocking(move || {
+            let consumer: BaseConsumer = reader(&bootstrap, "midflight-end-offsets").create()?;
+            end_offsets(&consumer, &topic)
+        })
+        .await
+    }
+
     /// Every message of `topic` from the beginning up to its end (as both the listed end and
     /// the fetches say; see `read_topic`), in partition and offset order; fails if they cannot
     /// all be read within `timeout`.
