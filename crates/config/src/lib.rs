@@ -152,10 +152,7 @@ const UNDERSCORED_PROPERTIES: [&str; 2] = ["log_level", "enabled_events"];
 /// underscores are dots too, so `MIDFLIGHT_KAFKA__PROPERTIES__SECURITY_PROTOCOL` sets
 /// `security.protocol`, but for [`UNDERSCORED_PROPERTIES`]).
 fn property_path(path: Vec<String>, from_env: bool) -> Vec<String> {
-    if path.len() <= KAFKA_PROPERTIES.len()
-        || path[..KAFKA_PROPERTIES.len()] != KAFKA_PROPERTIES
-        || path.iter().any(String::is_empty)
-    {
+    if path.len() <= KAFKA_PROPERTIES.len() || !in_properties(&path) || path.iter().any(String::is_empty) {
         // An empty part (`kafka.properties..x`) is refused as an empty key by `set_path`.
         return path;
     }
@@ -164,6 +161,11 @@ fn property_path(path: Vec<String>, from_env: bool) -> Vec<String> {
     let mut folded = path[..KAFKA_PROPERTIES.len()].to_vec();
     folded.push(name);
     folded
+}
+
+/// Whether `path` starts with `kafka.properties`.
+fn in_properties(path: &[String]) -> bool {
+    path.len() >= KAFKA_PROPERTIES.len() && path[..KAFKA_PROPERTIES.len()] == KAFKA_PROPERTIES
 }
 
 /// Rewrites `kafka.properties` in `merged` as librdkafka takes it: one dotted name per
@@ -228,7 +230,7 @@ fn set_path(merged: &mut Value, defaults: &Value, path: &[String], raw: &str, or
     }
     let shape = path.iter().try_fold(defaults, |node, key| node.get(key));
     // A librdkafka property's value is text as given: `12e5` is not a number to reformat.
-    let is_property = path.len() == KAFKA_PROPERTIES.len() + 1 && path[..KAFKA_PROPERTIES.len()] == KAFKA_PROPERTIES;
+    let is_property = path.len() == KAFKA_PROPERTIES.len() + 1 && in_properties(path);
     let value = if is_property { Value::String(raw.to_owned()) } else { typed(raw, shape).map_err(bad)? };
     let mut node = merged;
     for key in &path[..path.len() - 1] {

@@ -343,11 +343,7 @@ impl System {
             }
         } else {
             let path = self.write_config(&name, &self.consumer_config(&name))?;
-            let mut args = config_args(&path);
-            for setting in &self.spec.consumer_set {
-                args.extend(["--set".to_owned(), setting.clone()]);
-            }
-            Spec { binary: "consumer", args, env: Vec::new() }
+            Spec { binary: "consumer", args: service_args(&path, &self.spec.consumer_set), env: Vec::new() }
         };
         self.processes.start(&name, spec)?;
         Ok(())
@@ -360,10 +356,7 @@ impl System {
             return Ok(());
         }
         let path = self.write_config(&name, &self.recovery_config(&name))?;
-        let mut args = config_args(&path);
-        for setting in &self.spec.recovery_set {
-            args.extend(["--set".to_owned(), setting.clone()]);
-        }
+        let args = service_args(&path, &self.spec.recovery_set);
         self.processes.start(&name, Spec { binary: "recovery-worker", args, env: Vec::new() })?;
         Ok(())
     }
@@ -557,6 +550,15 @@ async fn set_faults(endpoint: &str, plan: &FaultPlan) -> anyhow::Result<()> {
 
 fn config_args(path: &Path) -> Vec<String> {
     vec!["--config".to_owned(), path.display().to_string()]
+}
+
+/// A midflight service's arguments: its configuration file, then a `--set` for each setting.
+fn service_args(path: &Path, settings: &[String]) -> Vec<String> {
+    let mut args = config_args(path);
+    for setting in settings {
+        args.extend(["--set".to_owned(), setting.clone()]);
+    }
+    args
 }
 
 /// `N` distinct ports free right now on loopback (children bind them a moment later). The
