@@ -1,8 +1,10 @@
 //! What the consumer tells the outside world besides its logs: the receive span of each
 //! message (whose context is stored on the saga row, so every later span of the saga, by
 //! whichever process, joins the message's trace), arrivals counted as transitions, the
-//! [`Counters`] as metrics (one field, one metric), and consumer lag from librdkafka's
-//! statistics. Its saga store's counters are exported by the driver's telemetry.
+//! [`Counters`] as metrics (one field, one metric), and from librdkafka's statistics the
+//! consumer lag and how many partitions each subscribed topic has (so an alert can compare
+//! the partitions held with the partitions there are). Its saga store's counters are exported
+//! by the driver's telemetry.
 //!
 //! Several consumers may run in one process (tests do): their counters are summed and their lag
 //! reports merged, so one series per name is exported however many there are.
@@ -25,8 +27,8 @@ pub const GAUGE_FIELDS: [&str; 2] = ["in_flight", "partitions_assigned"];
 /// lag is reported this often. Each report is one JSON document per client, parsed off the
 /// hot path.
 pub const STATISTICS_INTERVAL_MS: u64 = 10_000;
-/// A client's lag report older than this is dropped (its consumer stopped or lost its partitions).
-const LAG_REPORT_TTL: Duration = Duration::from_millis(3 * STATISTICS_INTERVAL_MS);
+/// A client's report older than this is dropped (its consumer stopped or lost its partitions).
+const REPORT_TTL: Duration = Duration::from_millis(3 * STATISTICS_INTERVAL_MS);
 
 /// The Prometheus families the consumer's own observers export (besides the catalogue's): its
 /// counters and its saga store's.
@@ -65,10 +67,16 @@ pub(crate) fn arrived(status: Status, count: usize) {
 
 /// The live consumers of the process, whose counters the observers sum.
 static CONSUMERS: LiveSet<Counters> = LiveSet::new();
-/// (topic, partition, lag) of each partition a client reported.
-type Lags = Vec<(String, i32, i64)>;
-/// Per client: when it last reported, and its partitions' lag.
-static LAG: Mutex<BTreeMap<String, (Instant, Lags)>> = Mutex::new(BTreeMap::new());
+/// What one client's latest statistics said.
+#[derive(Debug, Default, PartialEq)]
+struct Report {
+    /// (topic, partition, lag) of each partition the client holds.
+    lags: Vec<(String, i32, i64)>,
+    /// Per topic the client knows, the partitions its metadata lists.
+    partitions: BTreeMap<String, i64>,
+}
+/// Per client: when it last reported, and what.
+static REPORTS: Mutex<BTreeMap<String, (Instant, Report)>> = Mutex::new(BTreeMap::new());
 
 /// Exports `counters` (summed with every other live consumer of the process) as metrics.
 pub(crate) fn observe(counters: &Arc<Counters>) {
@@ -76,12 +84,21 @@ pub(crate) fn observe(counters: &Arc<Counters>) {
     observers();
 }
 
-/// Records the lag of each partition the client reports as assigned.
+/// Records the lag of each partition the client reports as assigned, and the partition count
+/// of each topic it knows.
 pub(crate) fn statistics(statistics: &Statistics) {
-    let mut lags = Vec::new();
+    lock(&REPORTS).insert(statistics.name.clone(), (Instant::now(), report(statistics)));
+}
+
+fn report(statistics: &Statistics) -> Report {
+    let mut report = Report::default();
     for topic in statistics.topics.values() {
+        // -1 is librdkafka's internal "unassigned" partition, and an `unknown` one is wanted
+        // but missing from the metadata: neither is one of the topic's partitions.
+        let listed = topic.partitions.values().filter(|p| p.partition >= 0 && !p.unknown).count();
+        report.partitions.insert(topic.topic.clone(), listed as i64);
         for partition in topic.partitions.values() {
-            // -1 is librdkafka's internal "unassigned" partition; `desired` marks assigned ones.
+            // `desired` marks assigned ones.
             if partition.partition < 0 || !partition.desired {
                 continue;
             }
@@ -92,10 +109,17 @@ pub(crate) fn statistics(statistics: &Statistics) {
             } else {
                 continue;
             };
-            lags.push((topic.topic.clone(), partition.partition, lag));
+            report.lags.push((topic.topic.clone(), partition.partition, lag));
         }
     }
-    lock(&LAG).insert(statistics.name.clone(), (Instant::now(), lags));
+    report
+}
+
+/// The reports of the last [`REPORT_TTL`], the older ones dropped.
+fn live_reports() -> MutexGuard<'static, BTreeMap<String, (Instant, Report)>> {
+    let mut reports = lock(&REPORTS);
+    reports.retain(|_, (at, _)| at.elapsed() < REPORT_TTL);
+    reports
 }
 
 fn counter_name(field: &str) -> String {
@@ -113,6 +137,7 @@ struct Observers {
     _counters: Vec<ObservableCounter<u64>>,
     _gauges: Vec<ObservableGauge<u64>>,
     _lag: ObservableGauge<i64>,
+    _topic_partitions: ObservableGauge<i64>,
 }
 
 fn observers() -> &'static Observers {
@@ -130,10 +155,8 @@ fn observers() -> &'static Observers {
             .i64_observable_gauge(metrics::CONSUMER_LAG.name)
             .with_description(metrics::CONSUMER_LAG.help)
             .with_callback(|observer| {
-                let mut reports = lock(&LAG);
-                reports.retain(|_, (at, _)| at.elapsed() < LAG_REPORT_TTL);
-                for (_, lags) in reports.values() {
-                    for (topic, partition, lag) in lags {
+                for (_, report) in live_reports().values() {
+                    for (topic, partition, lag) in &report.lags {
                         let attributes =
                             [KeyValue::new("topic", topic.clone()), KeyValue::new("partition", i64::from(*partition))];
                         observer.observe(*lag, &attributes);
@@ -141,8 +164,31 @@ fn observers() -> &'static Observers {
                 }
             })
             .build();
-        Observers { _counters: counters, _gauges: gauges, _lag: lag }
+        // One series per topic: the clients of a process see the same metadata, give or take a
+        // refresh, and the largest count is the one a partition added last shows.
+        let topic_partitions = metrics::meter()
+            .i64_observable_gauge(metrics::CONSUMER_TOPIC_PARTITIONS.name)
+            .with_description(metrics::CONSUMER_TOPIC_PARTITIONS.help)
+            .with_callback(|observer| {
+                for (topic, count) in most_partitions(live_reports().values().map(|(_, report)| report)) {
+                    observer.observe(count, &[KeyValue::new("topic", topic)]);
+                }
+            })
+            .build();
+        Observers { _counters: counters, _gauges: gauges, _lag: lag, _topic_partitions: topic_partitions }
     })
+}
+
+/// Per topic, the most partitions any report lists.
+fn most_partitions<'a>(reports: impl Iterator<Item = &'a Report>) -> BTreeMap<String, i64> {
+    let mut most = BTreeMap::new();
+    for report in reports {
+        for (topic, count) in &report.partitions {
+            let entry = most.entry(topic.clone()).or_insert(*count);
+            *entry = (*entry).max(*count);
+        }
+    }
+    most
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -164,5 +210,63 @@ mod tests {
         assert!(names.contains(&"midflight_consumer_received_total".to_owned()), "{names:?}");
         assert!(names.contains(&"midflight_consumer_in_flight".to_owned()), "{names:?}");
         assert!(names.contains(&"midflight_store_write_txns_total".to_owned()), "{names:?}");
+    }
+
+    /// The case the partition count is for: a client that holds some of a topic's partitions
+    /// still reports how many the topic has, while its lag covers only what it holds.
+    #[tokio::test]
+    async fn a_client_holding_some_partitions_reports_them_all() {
+        use rdkafka::consumer::Consumer;
+
+        use crate::kafka::{Client, Context};
+
+        const TOPIC: &str = "counted";
+        let kafka = midflight_stack::kafka::EmbeddedKafka::start().expect("embedded kafka");
+        kafka.create_topic(TOPIC, 4).expect("topic");
+        let mut section = kafka.section("telemetry-count");
+        section.properties.insert("statistics.interval.ms".to_owned(), "100".to_owned());
+        let client = |owner: &str| -> Client {
+            let client = crate::kafka::consumer(&section, owner, Context::new(owner, Arc::default())).expect("client");
+            client.subscribe(&[TOPIC]).expect("subscribe");
+            client
+        };
+        let clients = [client("count-a"), client("count-b")];
+        let reported = |owner: &str| {
+            let reports = lock(&REPORTS);
+            let mut mine = reports.iter().filter(|(name, _)| name.starts_with(&format!("{owner}#")));
+            mine.next().map(|(_, (_, report))| report.partitions.get(TOPIC).copied())
+        };
+        let held = |client: &Client| client.assignment().map_or(0, |list| list.count());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let poll = async || {
+            // The clients' callbacks (rebalances, statistics) run while they are polled.
+            for client in &clients {
+                let _ = tokio::time::timeout(Duration::from_millis(20), client.recv()).await;
+            }
+            assert!(Instant::now() < deadline, "not within 60 s: held {:?}", clients.each_ref().map(held));
+        };
+        while !(held(&clients[0]) > 0 && held(&clients[1]) > 0 && held(&clients[0]) + held(&clients[1]) == 4) {
+            poll().await;
+        }
+        // Only reports made while each holds part of the topic count.
+        lock(&REPORTS).retain(|name, _| !name.starts_with("count-"));
+        let split = clients.each_ref().map(held);
+        while reported("count-a").is_none() || reported("count-b").is_none() {
+            poll().await;
+        }
+        assert_eq!(clients.each_ref().map(held), split, "the assignment moved meanwhile");
+        assert_eq!((reported("count-a"), reported("count-b")), (Some(Some(4)), Some(Some(4))), "holding {split:?}");
+    }
+
+    #[test]
+    fn each_topic_is_exported_with_the_most_partitions_any_client_lists() {
+        let report = |counts: &[(&str, i64)]| Report {
+            lags: Vec::new(),
+            partitions: counts.iter().map(|(topic, count)| (topic.to_string(), *count)).collect(),
+        };
+        // A client that has not yet seen a partition added to "orders" lists 16.
+        let reports = [report(&[("orders", 16)]), report(&[("orders", 24), ("other", 2)]), report(&[])];
+        let expected = BTreeMap::from([("orders".to_owned(), 24), ("other".to_owned(), 2)]);
+        assert_eq!(most_partitions(reports.iter()), expected);
     }
 }

@@ -161,9 +161,16 @@ pub const CONSUMER_LAG: Spec = Spec {
     attributes: &["topic", "partition"],
     help: "Messages between a partition's end and this consumer's committed offset (librdkafka statistics).",
 };
+pub const CONSUMER_TOPIC_PARTITIONS: Spec = Spec {
+    name: "midflight.consumer.topic_partitions",
+    prometheus: "midflight_consumer_topic_partitions",
+    kind: Kind::Gauge,
+    attributes: &["topic"],
+    help: "Partitions a subscribed topic has, as the consumer's latest metadata says (librdkafka statistics).",
+};
 
 /// Every metric recorded through [`instruments`] or named by the services' own observers.
-pub const CATALOGUE: [Spec; 16] = [
+pub const CATALOGUE: [Spec; 17] = [
     SAGA_TRANSITIONS,
     SAGA_TAKEOVERS,
     SAGA_CAS_CONFLICTS,
@@ -180,6 +187,7 @@ pub const CATALOGUE: [Spec; 16] = [
     RECONCILER_FINDINGS,
     RECONCILER_RUNS,
     CONSUMER_LAG,
+    CONSUMER_TOPIC_PARTITIONS,
 ];
 
 /// The instruments of the catalogue that are recorded synchronously.

@@ -746,12 +746,14 @@ fn the_alert_rules_are_loaded_and_query_only_exported_metrics() {
         }
     }
     // What must page someone: a double effect, a saga nobody drives, recovery down, a stuck
-    // group, a person's ticket, a database out of connections.
+    // group (holding nothing, or part of the topic), a person's ticket, a database out of
+    // connections.
     for metric in [
         "midflight_reconciler_findings_total",
         "midflight_saga_oldest_age_seconds",
         "midflight_recovery_scans_total",
         "midflight_consumer_partitions_assigned",
+        "midflight_consumer_topic_partitions",
         "midflight_tickets_open",
         "midflight_store_refused_total",
     ] {

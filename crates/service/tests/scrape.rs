@@ -321,7 +321,9 @@ async fn run(db: &TestDb, endpoint: std::net::SocketAddr) {
     assert_eq!(after.sum("midflight_consumer_done_total", &[]), snapshot.done as f64);
     assert_eq!(after.sum("midflight_consumer_lost_total", &[]), snapshot.lost as f64);
     assert!(snapshot.lost >= 1, "the zombie lost its saga");
-    assert!(after.sum("midflight_consumer_partitions_assigned", &[]) >= 1.0);
+    // The one consumer holds the whole topic, and says how many partitions the topic has.
+    assert_eq!(after.sum("midflight_consumer_partitions_assigned", &[]), 4.0);
+    assert_eq!(after.sum("midflight_consumer_topic_partitions", &[("topic", ORDERS)]), 4.0);
     assert!(after.sum("midflight_recovery_claimed_total", &[]) >= 1.0);
 
     // The saga stores' counters: the consumer's store (this test's, registered after `before`
