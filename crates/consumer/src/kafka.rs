@@ -96,6 +96,8 @@ pub(crate) type Producer = FutureProducer<Logging>;
 pub(crate) struct Context {
     owner: String,
     counters: Arc<Counters>,
+    /// How long the metrics keep this client's latest statistics: a few of its intervals.
+    statistics_ttl: Duration,
     logging: Logging,
     state: Mutex<State>,
     /// Bumped by every assignment change, so the pipeline can re-apply a pause to new partitions.
@@ -114,6 +116,7 @@ impl Context {
         Context {
             owner: owner.to_owned(),
             counters,
+            statistics_ttl: crate::telemetry::report_ttl(None),
             logging: Logging::new(owner),
             state: Mutex::default(),
             generation: AtomicU64::new(0),
@@ -219,7 +222,7 @@ impl ClientContext for Context {
     }
 
     fn stats(&self, statistics: rdkafka::Statistics) {
-        crate::telemetry::statistics(&statistics);
+        crate::telemetry::statistics(&statistics, self.statistics_ttl);
     }
 }
 
@@ -240,7 +243,7 @@ impl ConsumerContext for Context {
 }
 
 /// The consumer of the order topic, not yet subscribed.
-pub(crate) fn consumer(section: &KafkaSection, owner: &str, context: Context) -> Result<Client, Error> {
+pub(crate) fn consumer(section: &KafkaSection, owner: &str, mut context: Context) -> Result<Client, Error> {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", &section.bootstrap_servers)
@@ -268,6 +271,7 @@ pub(crate) fn consumer(section: &KafkaSection, owner: &str, context: Context) ->
     for (key, value) in &section.properties {
         config.set(key, value);
     }
+    context.statistics_ttl = crate::telemetry::report_ttl(config.get("statistics.interval.ms"));
     config.create_with_context(context).map_err(Error::kafka("create consumer"))
 }
 

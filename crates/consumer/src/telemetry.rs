@@ -2,9 +2,9 @@
 //! message (whose context is stored on the saga row, so every later span of the saga, by
 //! whichever process, joins the message's trace), arrivals counted as transitions, the
 //! [`Counters`] as metrics (one field, one metric), and from librdkafka's statistics the
-//! consumer lag and how many partitions each subscribed topic has (so an alert can compare
-//! the partitions held with the partitions there are). Its saga store's counters are exported
-//! by the driver's telemetry.
+//! consumer lag and how many partitions each topic it reads from has, held or not (so an alert
+//! can compare the partitions held with the partitions there are). Its saga store's counters
+//! are exported by the driver's telemetry.
 //!
 //! Several consumers may run in one process (tests do): their counters are summed and their lag
 //! reports merged, so one series per name is exported however many there are.
@@ -27,8 +27,16 @@ pub const GAUGE_FIELDS: [&str; 2] = ["in_flight", "partitions_assigned"];
 /// lag is reported this often. Each report is one JSON document per client, parsed off the
 /// hot path.
 pub const STATISTICS_INTERVAL_MS: u64 = 10_000;
-/// A client's report older than this is dropped (its consumer stopped or lost its partitions).
-const REPORT_TTL: Duration = Duration::from_millis(3 * STATISTICS_INTERVAL_MS);
+/// A client's latest report is exported for this many of its statistics intervals, then
+/// dropped (its consumer stopped reporting, so it stopped or hangs).
+const REPORT_TTL_INTERVALS: u64 = 3;
+
+/// How long a client's report is exported, given its `statistics.interval.ms` as configured
+/// (`None`: the default). A value librdkafka would refuse gets the default's.
+pub(crate) fn report_ttl(interval_ms: Option<&str>) -> Duration {
+    let interval_ms = interval_ms.and_then(|ms| ms.trim().parse::<u64>().ok()).unwrap_or(STATISTICS_INTERVAL_MS);
+    Duration::from_millis(REPORT_TTL_INTERVALS.saturating_mul(interval_ms))
+}
 
 /// The Prometheus families the consumer's own observers export (besides the catalogue's): its
 /// counters and its saga store's.
@@ -75,7 +83,7 @@ struct Report {
     /// Per topic the client knows, the partitions its metadata lists.
     partitions: BTreeMap<String, i64>,
 }
-/// Per client: when it last reported, and what.
+/// Per client: until when its latest report is exported, and what it said.
 static REPORTS: Mutex<BTreeMap<String, (Instant, Report)>> = Mutex::new(BTreeMap::new());
 
 /// Exports `counters` (summed with every other live consumer of the process) as metrics.
@@ -85,9 +93,9 @@ pub(crate) fn observe(counters: &Arc<Counters>) {
 }
 
 /// Records the lag of each partition the client reports as assigned, and the partition count
-/// of each topic it knows.
-pub(crate) fn statistics(statistics: &Statistics) {
-    lock(&REPORTS).insert(statistics.name.clone(), (Instant::now(), report(statistics)));
+/// of each topic it knows, to be exported for `ttl`.
+pub(crate) fn statistics(statistics: &Statistics, ttl: Duration) {
+    lock(&REPORTS).insert(statistics.name.clone(), (Instant::now() + ttl, report(statistics)));
 }
 
 fn report(statistics: &Statistics) -> Report {
@@ -115,10 +123,11 @@ fn report(statistics: &Statistics) -> Report {
     report
 }
 
-/// The reports of the last [`REPORT_TTL`], the older ones dropped.
+/// The reports still exported, the expired ones dropped.
 fn live_reports() -> MutexGuard<'static, BTreeMap<String, (Instant, Report)>> {
     let mut reports = lock(&REPORTS);
-    reports.retain(|_, (at, _)| at.elapsed() < REPORT_TTL);
+    let now = Instant::now();
+    reports.retain(|_, (until, _)| *until > now);
     reports
 }
 
@@ -268,5 +277,42 @@ mod tests {
         let reports = [report(&[("orders", 16)]), report(&[("orders", 24), ("other", 2)]), report(&[])];
         let expected = BTreeMap::from([("orders".to_owned(), 24), ("other".to_owned(), 2)]);
         assert_eq!(most_partitions(reports.iter()), expected);
+    }
+
+    #[test]
+    fn a_report_counts_the_partitions_the_metadata_lists_and_the_lag_of_those_held() {
+        use rdkafka::statistics::{Partition, Topic};
+
+        let partition = |partition: i32, desired: bool, unknown: bool| Partition {
+            partition,
+            desired,
+            unknown,
+            hi_offset: 10,
+            committed_offset: 4,
+            ..Partition::default()
+        };
+        // Partitions 0-2 in the metadata, 1 of them held; 7 held but missing from the
+        // metadata (deleted, or not yet seen); -1 librdkafka's own.
+        let listed = [partition(0, false, false), partition(1, true, false), partition(2, false, false)];
+        let others = [partition(7, true, true), partition(-1, false, false)];
+        let topic = Topic {
+            topic: "orders".to_owned(),
+            partitions: listed.into_iter().chain(others).map(|p| (p.partition, p)).collect(),
+            ..Topic::default()
+        };
+        let statistics = Statistics { topics: [("orders".to_owned(), topic)].into(), ..Statistics::default() };
+        let report = report(&statistics);
+        assert_eq!(report.partitions, BTreeMap::from([("orders".to_owned(), 3)]));
+        let mut lags = report.lags;
+        lags.sort();
+        assert_eq!(lags, [("orders".to_owned(), 1, 6), ("orders".to_owned(), 7, 6)]);
+    }
+
+    #[test]
+    fn a_report_is_exported_for_three_of_its_clients_intervals() {
+        assert_eq!(report_ttl(None), Duration::from_secs(30));
+        assert_eq!(report_ttl(Some("60000")), Duration::from_secs(180));
+        assert_eq!(report_ttl(Some("500")), Duration::from_millis(1_500));
+        assert_eq!(report_ttl(Some("soon")), Duration::from_secs(30));
     }
 }

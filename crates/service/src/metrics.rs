@@ -166,7 +166,7 @@ pub const CONSUMER_TOPIC_PARTITIONS: Spec = Spec {
     prometheus: "midflight_consumer_topic_partitions",
     kind: Kind::Gauge,
     attributes: &["topic"],
-    help: "Partitions a subscribed topic has, as the consumer's latest metadata says (librdkafka statistics).",
+    help: "Partitions a topic the consumer reads from has, held or not, as its latest metadata says (librdkafka statistics).",
 };
 
 /// Every metric recorded through [`instruments`] or named by the services' own observers.
