@@ -160,8 +160,8 @@ pub async fn run(config: NoStateConfig, shutdown: CancellationToken) -> anyhow::
         .max_connections(config.database.max_connections)
         .acquire_timeout(Duration::from_millis(config.database.acquire_timeout_ms))
         .idle_timeout(Duration::from_millis(config.database.idle_timeout_ms))
-        // The same pool settings as midflight's store (see ENVIRONMENT.md: a test per acquire
-        // halves the commit rate), so the comparison is of designs, not of pool settings.
+        // The same pool settings as midflight's store (a test per acquire halves the commit
+        // rate on this kind of box), so the comparison is of designs, not of pool settings.
         .test_before_acquire(false)
         .sqlx_logging(false);
     let db = Database::connect(options).await.context("nostate: cannot connect")?;

@@ -239,18 +239,24 @@ pub async fn run(args: ScenarioArgs) -> anyhow::Result<bool> {
     if selected.is_empty() {
         bail!("no scenario named {wanted:?}; `scenario --list` lists them");
     }
+    let scenarios = selected
+        .iter()
+        .map(|(name, text)| Ok((*name, *text, Scenario::parse(name, text)?)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    // Refused before any runs, so `all` does not stop halfway at the first one that needs it.
+    let need_mysql: Vec<&str> = scenarios.iter().filter(|(_, _, s)| s.needs_mysql).map(|(name, _, _)| *name).collect();
+    if !need_mysql.is_empty() && args.mysql_url.as_deref().is_none_or(str::is_empty) {
+        bail!(
+            "these scenarios run their saga store on MySQL (each header says why) and need --mysql-url \
+             (or MIDFLIGHT_LAB_MYSQL_URL): {}; nothing was run",
+            need_mysql.join(", ")
+        );
+    }
     let run_dir = args.run_dir.join(format!("scenarios-{}", crate::timestamp()));
     let mut reports = Vec::new();
     let mut all_passed = true;
     let mut skipped = Vec::new();
-    for (name, text) in selected {
-        let scenario = Scenario::parse(name, text)?;
-        if scenario.needs_mysql && args.mysql_url.as_deref().is_none_or(str::is_empty) {
-            bail!(
-                "scenario {name} runs its saga store on MySQL (its header says why) and needs --mysql-url \
-                 (or MIDFLIGHT_LAB_MYSQL_URL)"
-            );
-        }
+    for (name, text, scenario) in scenarios {
         if scenario.acts_on_brokers() && args.kafka.is_some() {
             let why =
                 "it takes brokers down or moves partition leaders, which the lab can do only on the embedded Kafka";
@@ -295,6 +301,25 @@ mod tests {
             }
             assert!(scenario.messages > 0, "{name}");
         }
+    }
+
+    #[tokio::test]
+    async fn all_without_a_mysql_url_is_refused_before_any_scenario_runs() {
+        let run_dir = std::env::temp_dir().join(format!("midflight-scenario-refused-{}", std::process::id()));
+        let args = ScenarioArgs {
+            name: Some("all".to_owned()),
+            list: false,
+            mysql_url: None,
+            kafka: None,
+            run_dir: run_dir.clone(),
+            report_json: None,
+        };
+        let error = run(args).await.expect_err("refused");
+        let message = error.to_string();
+        for needed in ["database-loss", "zombie-consumer", "nothing was run"] {
+            assert!(message.contains(needed), "{message}");
+        }
+        assert!(!run_dir.exists(), "a scenario started in {}", run_dir.display());
     }
 
     #[test]

@@ -25,7 +25,7 @@ pub async fn connect(section: &DatabaseSection) -> Result<DatabaseConnection, Er
         .max_connections(section.max_connections)
         .acquire_timeout(Duration::from_millis(section.acquire_timeout_ms))
         .connect_timeout(Duration::from_millis(section.connect_timeout_ms))
-        // Pinging every connection before use halves throughput on this box (see ENVIRONMENT.md);
+        // Pinging every connection before use halves the commit rate on this kind of box;
         // a dead connection surfaces as an error on the statement instead.
         .test_before_acquire(false)
         .sqlx_logging(false)

@@ -396,7 +396,7 @@ impl EmbeddedKafka {
     }
 
     /// Moves the leadership of one partition to `broker` (never to "no leader": the mock then
-    /// crashes the next producer, see ENVIRONMENT.md).
+    /// crashes the next producer).
     pub fn set_leader(&self, topic: &str, partition: i32, broker: i32) -> KafkaResult<()> {
         self.host.client().mock_cluster().ok_or_else(Self::not_hosted)?.partition_leader(topic, partition, Some(broker))
     }

@@ -1,7 +1,7 @@
 //! Group commit: the transitions of many sagas written in one transaction, so one commit (one
 //! flush of the database's log) serves them all. On this kind of box a separate transaction
-//! per transition caps the whole system at a few thousand transitions a second (ENVIRONMENT.md),
-//! which is fewer than the user's peak needs.
+//! per transition caps the whole system at a few thousand transitions a second, which
+//! is fewer than the user's peak needs.
 //!
 //! What does not change for a saga: its write is still one compare-and-set naming its version
 //! and lease epoch, and that UPDATE's own rows affected decides `Applied` or `Conflict`; its

@@ -110,8 +110,8 @@ impl Store {
             .acquire_timeout(Duration::from_millis(section.acquire_timeout_ms))
             .connect_timeout(Duration::from_millis(section.connect_timeout_ms))
             .idle_timeout(Duration::from_millis(section.idle_timeout_ms))
-            // Testing every connection before use halves the commit rate on this kind of box
-            // (ENVIRONMENT.md); test only those idle long enough to have been cut off.
+            // Testing every connection before use halves the commit rate on this kind of box;
+            // test only those idle long enough to have been cut off.
             .test_before_acquire(false)
             .test_before_acquire_if_idle_for(Duration::from_secs(30))
             .sqlx_logging(false)
