@@ -68,8 +68,12 @@ pub struct RecoverySection {
 pub struct ReconcileSection {
     /// Entries per ledger page: the most a downstream serves in one page.
     pub ledger_page_entries: u32,
-    /// Most ledger entries one pass holds in memory (about 200 bytes each). A larger ledger fails
-    /// the pass with an error naming this limit rather than reconciling half of it.
+    /// Most entries of one ledger a pass holds in memory; a pass holds both ledgers at once,
+    /// each entry about 500 bytes of the process's memory (one lock or shipment per request id:
+    /// 512 bytes measured at a million, BENCHMARKS.md), so the default's two full ledgers take
+    /// about 1 GB. A larger ledger fails the pass with an error naming this limit rather than
+    /// reconciling half of it (or the process running out of memory); size it with the
+    /// process's memory limit.
     pub ledger_entries_max: u64,
     /// Deadline of one ledger page request; pages are large, so longer than a saga call.
     pub ledger_timeout_ms: u64,
@@ -115,7 +119,7 @@ impl Default for ReconcileSection {
     fn default() -> Self {
         ReconcileSection {
             ledger_page_entries: LEDGER_PAGE_ENTRIES_MAX,
-            ledger_entries_max: 5_000_000,
+            ledger_entries_max: 1_000_000,
             ledger_timeout_ms: 10_000,
             table_page_rows: 500,
             findings_listed_max: 1_000,

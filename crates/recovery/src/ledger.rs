@@ -16,14 +16,27 @@ use serde::Serialize;
 /// Entries kept per request id as evidence; the fold itself counts them all.
 pub const ENTRIES_KEPT_PER_REQUEST_MAX: usize = 16;
 
-/// Everything a ledger recorded under one request id.
+/// Everything a ledger recorded under one request id. A pass holds one per request id of each
+/// ledger, so it is kept small: the request id is the map's key only, the order number is kept
+/// once, and the evidence drops both.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Effects {
     pub order_no: String,
     /// Effect ids applied and not undone, in ledger order.
     pub in_force: Vec<String>,
     /// The first [`ENTRIES_KEPT_PER_REQUEST_MAX`] entries, for the evidence.
-    pub entries: Vec<LedgerEntry>,
+    pub entries: Vec<Evidence>,
+    /// Some saga of the pass's walk names this request id.
+    pub owned: bool,
+}
+
+/// A ledger entry as a finding's evidence shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evidence {
+    pub seq: u64,
+    pub kind: LedgerKind,
+    pub effect_id: String,
+    pub at_ms: i64,
 }
 
 /// One downstream's ledger, folded by request id.
@@ -43,12 +56,18 @@ impl Ledger {
                 effects.order_no = entry.order_no.clone();
             }
             match entry.kind {
-                LedgerKind::Apply => effects.in_force.push(entry.effect_id.clone()),
+                LedgerKind::Apply => push_one(&mut effects.in_force, entry.effect_id.clone()),
                 LedgerKind::Undo => effects.in_force.retain(|id| id != &entry.effect_id),
                 LedgerKind::Reject | LedgerKind::Tombstone => {}
             }
             if effects.entries.len() < ENTRIES_KEPT_PER_REQUEST_MAX {
-                effects.entries.push(entry.clone());
+                let evidence = Evidence {
+                    seq: entry.seq,
+                    kind: entry.kind,
+                    effect_id: entry.effect_id.clone(),
+                    at_ms: entry.at_ms,
+                };
+                push_one(&mut effects.entries, evidence);
             }
         }
     }
@@ -57,6 +76,35 @@ impl Ledger {
     pub fn in_force(&self, request_id: &str) -> usize {
         self.by_request.get(request_id).map_or(0, |effects| effects.in_force.len())
     }
+
+    /// Marks `request_id` as named by a saga; a request id the ledger never saw needs no mark.
+    pub fn own(&mut self, request_id: &str) {
+        if let Some(effects) = self.by_request.get_mut(request_id) {
+            effects.owned = true;
+        }
+    }
+
+    /// The heap this view holds, counted from capacities (strings, vectors, the map's slots):
+    /// what a pass's memory grows with, as a number a test can pin.
+    pub fn heap_bytes(&self) -> usize {
+        let slot = size_of::<(String, Effects)>() + 1;
+        let effects = |e: &Effects| {
+            e.order_no.capacity()
+                + e.in_force.capacity() * size_of::<String>()
+                + e.in_force.iter().map(String::capacity).sum::<usize>()
+                + e.entries.capacity() * size_of::<Evidence>()
+                + e.entries.iter().map(|x| x.effect_id.capacity()).sum::<usize>()
+        };
+        self.by_request.capacity() * slot
+            + self.by_request.iter().map(|(id, e)| id.capacity() + effects(e)).sum::<usize>()
+    }
+}
+
+/// Pushes one item, growing the vector by one: most request ids have one effect and one entry,
+/// and a vector's first push would otherwise reserve room for four.
+fn push_one<T>(items: &mut Vec<T>, item: T) {
+    items.reserve_exact(1);
+    items.push(item);
 }
 
 /// A mismatch between a ledger and the saga table.
@@ -139,6 +187,46 @@ mod tests {
         let counts: Vec<usize> = ["a", "b", "c", "d", "e", "zz"].iter().map(|id| ledger.in_force(id)).collect();
         assert_eq!(counts, vec![1, 0, 0, 2, 0, 0]);
         assert_eq!((ledger.entries, ledger.by_request["d"].order_no.as_str()), (7, "O-1"));
+    }
+
+    #[test]
+    fn the_fold_marks_owned_ids_it_saw_and_keeps_evidence_without_the_ids() {
+        let mut ledger = Ledger::default();
+        ledger.fold(&[entry(1, LedgerKind::Apply, "a", "L1"), entry(2, LedgerKind::Reject, "b", "")]);
+        ledger.own("a");
+        ledger.own("never-seen");
+        let owned: Vec<(&str, bool)> = ["a", "b"].iter().map(|id| (*id, ledger.by_request[*id].owned)).collect();
+        assert_eq!(owned, [("a", true), ("b", false)]);
+        assert!(!ledger.by_request.contains_key("never-seen"), "a saga's id alone adds nothing");
+        let kept = &ledger.by_request["a"].entries;
+        assert_eq!(kept, &[Evidence { seq: 1, kind: LedgerKind::Apply, effect_id: "L1".into(), at_ms: 0 }]);
+    }
+
+    /// What a pass holds per ledger entry in the common case (one lock or shipment per request
+    /// id), counted from capacities. The process's own growth, allocator included, is measured
+    /// by `benches/ledger_memory.rs` (BENCHMARKS.md).
+    #[test]
+    fn an_entry_of_the_common_kind_costs_a_pass_at_most_340_heap_bytes() {
+        const N: u64 = 100_000;
+        let mut ledger = Ledger::default();
+        let entries: Vec<LedgerEntry> = (0..N)
+            .map(|n| LedgerEntry {
+                seq: n + 1,
+                kind: LedgerKind::Apply,
+                request_id: format!("mf-wms-{n:032x}"),
+                order_no: format!("O-{n:08}"),
+                effect_id: format!("LCK{n:012}"),
+                at_ms: 1,
+            })
+            .collect();
+        ledger.fold(&entries);
+        let per_entry = ledger.heap_bytes() as f64 / N as f64;
+        eprintln!(
+            "{per_entry:.0} heap bytes a ledger entry ({N} entries, map capacity {})",
+            ledger.by_request.capacity()
+        );
+        assert!(per_entry <= 340.0, "{per_entry:.0} bytes an entry");
+        assert!(ledger.by_request.values().all(|e| e.in_force.capacity() == 1 && e.entries.capacity() == 1));
     }
 
     #[test]

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 pub use config::{
     CONCURRENCY_MAX, LEDGER_PAGE_ENTRIES_MAX, ReconcileSection, RecoveryConfig, RecoverySection, SCAN_BATCH_MAX,
 };
-pub use ledger::{ENTRIES_KEPT_PER_REQUEST_MAX, FindingKind};
+pub use ledger::{ENTRIES_KEPT_PER_REQUEST_MAX, FindingKind, Ledger};
 pub use reconcile::{Finding, Reconciler, Report};
 pub use worker::{Stats, StatsSnapshot, Worker, owner_id};
 

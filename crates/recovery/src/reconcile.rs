@@ -10,17 +10,17 @@
 //! only judged on what is never right (two effects in force), so a pass racing live traffic
 //! reports nothing that is merely in flight.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use midflight_api::client::{Downstreams, LedgerEntry};
+use midflight_api::client::Downstreams;
 use midflight_model::{Status, Step};
 use midflight_store::{FindingTicket, LOGISTICS_LEDGER_STEP, LedgerView, Store, TicketOutcome, WMS_LEDGER_STEP};
 use serde::Serialize;
 
 use crate::Error;
 use crate::config::ReconcileSection;
-use crate::ledger::{Effects, FindingKind, Ledger, classify, fingerprint};
+use crate::ledger::{Effects, Evidence, FindingKind, Ledger, classify, fingerprint};
 
 /// A mismatch found by a pass, and what became of its ticket.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -104,8 +104,6 @@ pub struct Reconciler {
 struct Pass {
     wms: Ledger,
     logistics: Ledger,
-    /// (step, request id) pairs some saga of the walk owns.
-    owned: HashSet<(Step, String)>,
     report: Report,
 }
 
@@ -121,11 +119,11 @@ impl Reconciler {
         let mut pass = Pass {
             wms: self.read_ledger(Step::Wms).await?,
             logistics: self.read_ledger(Step::Logistics).await?,
-            owned: HashSet::new(),
             report: Report { started_at_ms, ..Report::default() },
         };
         pass.report.wms_entries = pass.wms.entries;
         pass.report.logistics_entries = pass.logistics.entries;
+        let ledger_heap_mib = (pass.wms.heap_bytes() + pass.logistics.heap_bytes()) / (1 << 20);
         self.walk_table(&mut pass).await?;
         for step in [Step::Wms, Step::Logistics] {
             self.check_unowned(&mut pass, step).await?;
@@ -138,6 +136,7 @@ impl Reconciler {
             sagas = report.sagas_checked,
             wms_entries = report.wms_entries,
             logistics_entries = report.logistics_entries,
+            ledger_heap_mib,
             "reconciliation finished"
         );
         Ok(report)
@@ -184,7 +183,7 @@ impl Reconciler {
     async fn check_saga(&self, pass: &mut Pass, view: &LedgerView, step: Step) -> Result<(), Error> {
         let request_id = view.request_id(step);
         if let Some(id) = request_id {
-            pass.owned.insert((step, id.to_owned()));
+            pass.ledger_mut(step).own(id);
         }
         let in_force = request_id.map_or(0, |id| pass.ledger(step).in_force(id));
         let settled = view.updated_at_ms < pass.report.started_at_ms;
@@ -203,7 +202,7 @@ impl Reconciler {
             .ledger(step)
             .by_request
             .iter()
-            .filter(|(id, effects)| !effects.in_force.is_empty() && !pass.owned.contains(&(step, (*id).clone())))
+            .filter(|(_, effects)| !effects.in_force.is_empty() && !effects.owned)
             .map(|(id, _)| id.clone())
             .collect();
         if unowned.is_empty() {
@@ -284,6 +283,13 @@ impl Pass {
             Step::Logistics => &self.logistics,
         }
     }
+
+    fn ledger_mut(&mut self, step: Step) -> &mut Ledger {
+        match step {
+            Step::Wms => &mut self.wms,
+            Step::Logistics => &mut self.logistics,
+        }
+    }
 }
 
 fn reason(kind: FindingKind, step: Step, request_id: &str, order_no: &str, biz_id: Option<&str>) -> String {
@@ -309,7 +315,7 @@ fn reason(kind: FindingKind, step: Step, request_id: &str, order_no: &str, biz_i
     }
 }
 
-fn entry_json(entry: &LedgerEntry) -> serde_json::Value {
+fn entry_json(entry: &Evidence) -> serde_json::Value {
     serde_json::json!({
         "seq": entry.seq,
         "kind": format!("{:?}", entry.kind),
