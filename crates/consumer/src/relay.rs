@@ -6,12 +6,17 @@
 //! expiry, so two relays never hold the same row at once. Delivery is at least once: a relay
 //! that dies between publishing and marking leaves the rows to be claimed and published again
 //! after the claim expires; notifications carry the biz_id as their key so readers deduplicate.
+//!
+//! When every publish of a round fails (Kafka down, the topic refused), the relay waits before
+//! the next round, doubling from `idle_ms` to 10 s, and logs one line a round at most every few
+//! seconds; `midflight_consumer_publish_failures_total` counts every failed row.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
 use midflight_store::{OutboxMessage, Store};
+use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
 use tokio::sync::Notify;
@@ -20,10 +25,32 @@ use tokio_util::sync::CancellationToken;
 use crate::config::RelaySection;
 use crate::counters::Counters;
 use crate::inbox::TRACEPARENT_HEADER;
-use crate::kafka::Producer;
+use crate::kafka::{Producer, Throttle};
 
 /// How long a publish waits for room in a full producer queue before it counts as failed.
 const QUEUE_WAIT: Duration = Duration::from_secs(1);
+/// Longest wait after a round whose every publish failed (Kafka down, a topic refused): the
+/// wait doubles from `idle_ms` up to this, and finished sagas do not cut it short.
+const FAILED_ROUND_BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+/// What one round did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Round {
+    /// Rows marked published.
+    published: u64,
+    /// Rows whose publish failed (their claims expire and another round takes them).
+    failed: u64,
+}
+
+/// The wait after a round: `None` when the round published something or failed nothing,
+/// otherwise twice the last wait (from `idle`), at most [`FAILED_ROUND_BACKOFF_MAX`].
+fn failed_round_backoff(round: Round, last: Option<Duration>, idle: Duration) -> Option<Duration> {
+    if round.failed == 0 || round.published > 0 {
+        return None;
+    }
+    let next = last.map_or(idle, |last| last.saturating_mul(2));
+    Some(next.clamp(idle.min(FAILED_ROUND_BACKOFF_MAX), FAILED_ROUND_BACKOFF_MAX))
+}
 
 /// What the relay needs; it runs until `stop` is cancelled.
 pub(crate) struct Relay {
@@ -40,15 +67,25 @@ pub(crate) struct Relay {
 impl Relay {
     pub(crate) async fn run(self, stop: CancellationToken) {
         tracing::info!(owner = %self.owner, topic = %self.topic, "outbox relay started");
+        let failures = Throttle::new();
+        let mut backoff = None;
         while !stop.is_cancelled() {
-            let published = match self.round().await {
-                Ok(published) => published,
+            let round = match self.round(&failures).await {
+                Ok(round) => round,
                 Err(error) => {
                     tracing::warn!(owner = %self.owner, %error, "outbox relay round failed; retrying");
-                    0
+                    Round::default()
                 }
             };
-            if published == 0 {
+            backoff = failed_round_backoff(round, backoff, Duration::from_millis(self.settings.idle_ms));
+            if let Some(wait) = backoff {
+                tokio::select! {
+                    () = stop.cancelled() => {}
+                    () = tokio::time::sleep(wait) => {}
+                }
+                continue;
+            }
+            if round.published == 0 {
                 let idle = Duration::from_millis(self.settings.idle_ms);
                 tokio::select! {
                     () = stop.cancelled() => {}
@@ -56,7 +93,7 @@ impl Relay {
                     () = tokio::time::sleep(idle) => {}
                 }
             }
-            if published < self.settings.batch_max as u64 {
+            if round.published < self.settings.batch_max as u64 {
                 // Let the rows of sagas finishing meanwhile join the next round.
                 let linger = Duration::from_millis(self.settings.linger_ms);
                 tokio::select! {
@@ -68,21 +105,37 @@ impl Relay {
         tracing::info!(owner = %self.owner, "outbox relay stopped");
     }
 
-    /// Claims, publishes and marks one batch; returns how many rows it marked published.
-    async fn round(&self) -> Result<u64, midflight_store::Error> {
+    /// Claims, publishes and marks one batch. Failed publishes are counted, and logged as one
+    /// line for the round (at most one such line per few seconds: an outage fails every row).
+    async fn round(&self, failures: &Throttle) -> Result<Round, midflight_store::Error> {
         let batch = self.settings.batch_max as u64;
         let rows = self.store.claim_outbox(&self.owner, batch, self.settings.claim_ms).await?;
         if rows.is_empty() {
-            return Ok(0);
+            return Ok(Round::default());
         }
-        let delivered = self.publish(&rows).await;
+        let (delivered, failed) = self.publish(&rows).await;
+        if let Some((biz_id, error)) = failed.first()
+            && let Some(held_back) = failures.admit()
+        {
+            tracing::warn!(
+                owner = %self.owner,
+                topic = %self.topic,
+                failed = failed.len(),
+                claimed = rows.len(),
+                first_biz_id = %biz_id,
+                %error,
+                rounds_not_logged_since_the_last_line = held_back,
+                "notifications not published; each is retried after its claim expires"
+            );
+        }
         let marked = self.store.mark_published(&self.owner, &delivered).await?;
         Counters::add(&self.counters.published, marked);
-        Ok(marked)
+        Ok(Round { published: marked, failed: failed.len() as u64 })
     }
 
-    /// Publishes `rows` together and returns the biz_ids that were acknowledged.
-    async fn publish(&self, rows: &[OutboxMessage]) -> Vec<String> {
+    /// Publishes `rows` together; returns the biz_ids that were acknowledged, and those that
+    /// failed with their errors.
+    async fn publish(&self, rows: &[OutboxMessage]) -> (Vec<String>, Vec<(String, KafkaError)>) {
         let sends = rows.iter().map(|row| {
             let mut headers = OwnedHeaders::new_with_capacity(1);
             if let Some(trace) = &row.trace_context {
@@ -92,16 +145,40 @@ impl Relay {
             self.producer.send(record, QUEUE_WAIT)
         });
         let results = join_all(sends).await;
-        let mut delivered = Vec::with_capacity(rows.len());
+        let (mut delivered, mut failed) = (Vec::with_capacity(rows.len()), Vec::new());
         for (row, result) in rows.iter().zip(results) {
             match result {
                 Ok(_) => delivered.push(row.biz_id.clone()),
                 Err((error, _)) => {
                     Counters::add(&self.counters.publish_failures, 1);
-                    tracing::warn!(biz_id = %row.biz_id, topic = %self.topic, %error, "notification not published; retried after the claim expires");
+                    failed.push((row.biz_id.clone(), error));
                 }
             }
         }
-        delivered
+        (delivered, failed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_round_whose_every_publish_failed_backs_off_doubling_to_a_bound() {
+        let idle = Duration::from_millis(250);
+        let failed = Round { published: 0, failed: 3 };
+        let mut waits = Vec::new();
+        let mut last = None;
+        for _ in 0..8 {
+            last = failed_round_backoff(failed, last, idle);
+            waits.push(last.map(|w| w.as_millis()));
+        }
+        let expected = [250, 500, 1_000, 2_000, 4_000, 8_000, 10_000, 10_000].map(Some);
+        assert_eq!(waits, expected);
+        // Something published, or nothing failed: no backoff, and the doubling starts over.
+        assert_eq!(failed_round_backoff(Round { published: 1, failed: 3 }, last, idle), None);
+        assert_eq!(failed_round_backoff(Round::default(), last, idle), None);
+        // An idle wait longer than the bound waits the bound.
+        assert_eq!(failed_round_backoff(failed, None, Duration::from_secs(60)), Some(FAILED_ROUND_BACKOFF_MAX));
     }
 }
