@@ -146,16 +146,19 @@ impl Downstreams {
             lines: order.lines.iter().map(|l| wms::SkuLine { sku: l.sku.clone(), quantity: l.quantity }).collect(),
             reversal_voucher: saga.voucher(Step::Wms),
         };
-        let request = self.wms.request(message, saga, timeout);
-        let _permit = self.wms.permit().await?;
-        let response = bounded(timeout, self.wms.client.clone().lock_stock(request)).await?;
+        let response = self
+            .wms
+            .send(message, saga, timeout, |mut client, request| async move { client.lock_stock(request).await })
+            .await?;
         lock_answer(response.state(), response.reason)
     }
 
     async fn query_lock(&self, saga: &Saga, timeout: Duration) -> Result<WmsAnswer, Status> {
-        let request = self.wms.request(wms::QueryLockRequest { request_id: saga.request_id(Step::Wms) }, saga, timeout);
-        let _permit = self.wms.permit().await?;
-        let response = bounded(timeout, self.wms.client.clone().query_lock(request)).await?;
+        let message = wms::QueryLockRequest { request_id: saga.request_id(Step::Wms) };
+        let response = self
+            .wms
+            .send(message, saga, timeout, |mut client, request| async move { client.query_lock(request).await })
+            .await?;
         lock_answer(response.state(), response.reason)
     }
 
@@ -165,9 +168,10 @@ impl Downstreams {
             reversal_voucher: saga.voucher(Step::Wms),
             order_no: saga.order_no.clone(),
         };
-        let request = self.wms.request(message, saga, timeout);
-        let _permit = self.wms.permit().await?;
-        let response = bounded(timeout, self.wms.client.clone().reverse_lock(request)).await?;
+        let response = self
+            .wms
+            .send(message, saga, timeout, |mut client, request| async move { client.reverse_lock(request).await })
+            .await?;
         Ok(match response.result() {
             wms::ReverseResult::Reversed => WmsAnswer::Reversed,
             wms::ReverseResult::Tombstoned => WmsAnswer::Tombstoned,
@@ -191,17 +195,19 @@ impl Downstreams {
             }),
             cancel_voucher: saga.voucher(Step::Logistics),
         };
-        let request = self.logistics.request(message, saga, timeout);
-        let _permit = self.logistics.permit().await?;
-        let response = bounded(timeout, self.logistics.client.clone().create_shipment(request)).await?;
+        let response = self
+            .logistics
+            .send(message, saga, timeout, |mut client, request| async move { client.create_shipment(request).await })
+            .await?;
         shipment_answer(response)
     }
 
     async fn query_shipment(&self, saga: &Saga, timeout: Duration) -> Result<LogisticsAnswer, Status> {
         let message = lgx::QueryShipmentRequest { request_id: saga.request_id(Step::Logistics) };
-        let request = self.logistics.request(message, saga, timeout);
-        let _permit = self.logistics.permit().await?;
-        let response = bounded(timeout, self.logistics.client.clone().query_shipment(request)).await?;
+        let response = self
+            .logistics
+            .send(message, saga, timeout, |mut client, request| async move { client.query_shipment(request).await })
+            .await?;
         shipment_answer(response)
     }
 
@@ -211,9 +217,10 @@ impl Downstreams {
             cancel_voucher: saga.voucher(Step::Logistics),
             order_no: saga.order_no.clone(),
         };
-        let request = self.logistics.request(message, saga, timeout);
-        let _permit = self.logistics.permit().await?;
-        let response = bounded(timeout, self.logistics.client.clone().cancel_shipment(request)).await?;
+        let response = self
+            .logistics
+            .send(message, saga, timeout, |mut client, request| async move { client.cancel_shipment(request).await })
+            .await?;
         Ok(match response.result() {
             lgx::CancelResult::Cancelled => LogisticsAnswer::Cancelled,
             lgx::CancelResult::Tombstoned => LogisticsAnswer::Tombstoned,
@@ -266,8 +273,27 @@ impl<C> Side<C> {
         }
     }
 
-    async fn permit(&self) -> Result<tokio::sync::SemaphorePermit<'_>, Status> {
-        self.permits.acquire().await.map_err(|_| Status::cancelled("client is shutting down"))
+    /// One call for `saga`: waits for a permit, then sends, both within `timeout`, so a call
+    /// that queued behind others still ends by the deadline the driver planned its lease with;
+    /// the request carries as its deadline what is left once the permit is held.
+    async fn send<M, T, F>(
+        &self,
+        message: M,
+        saga: &Saga,
+        timeout: Duration,
+        call: impl FnOnce(C, Request<M>) -> F,
+    ) -> Result<T, Status>
+    where
+        C: Clone,
+        F: std::future::Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let started = tokio::time::Instant::now();
+        let sent = async {
+            let _permit = self.permits.acquire().await.map_err(|_| Status::cancelled("client is shutting down"))?;
+            let left = timeout.saturating_sub(started.elapsed());
+            call(self.client.clone(), self.request(message, saga, left)).await
+        };
+        bounded(timeout, sent).await
     }
 
     /// A request carrying the deadline, the bearer token and the saga's trace context.

@@ -221,7 +221,8 @@ pub struct GrpcClientSection {
     pub request_timeout_ms: u64,
     /// Deadline for establishing the connection.
     pub connect_timeout_ms: u64,
-    /// Calls in flight at once on this client.
+    /// Calls in flight at once on this client. A call beyond it waits for a turn, and the wait
+    /// counts against its deadline: a call that waited too long ends unanswered, never late.
     pub concurrency_limit: usize,
     /// Sent as `authorization: Bearer <token>` when set.
     pub bearer_token: Option<String>,
