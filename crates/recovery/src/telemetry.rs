@@ -42,21 +42,20 @@ pub(crate) fn observe(stats: &Arc<Stats>) {
     observers();
 }
 
-/// Samples the table once: rows per status, the oldest untouched non-terminal row of each
-/// status, open tickets.
+/// Samples the table once: rows per unfinished status, the oldest untouched row of each, open
+/// tickets. Finished statuses are not sampled: counting them reads the table's whole history
+/// (finished sagas are counted as they finish, by `midflight_saga_transitions_total`).
 pub async fn sample_table(store: &Store) -> Result<(), midflight_store::Error> {
-    let summary = store.status_summary().await?;
+    let summary = store.unfinished_summary().await?;
     let tickets = store.open_ticket_count().await?;
     let now_ms = store.now_ms().await?;
     let instruments = instruments();
-    for status in Status::ALL {
+    for status in Status::ALL.into_iter().filter(|status| !status.is_terminal()) {
         let found = summary.iter().find(|(s, _, _)| *s == status);
         let attributes = [KeyValue::new("status", status.as_str())];
         instruments.sagas.record(found.map_or(0, |(_, count, _)| *count), &attributes);
-        if !status.is_terminal() {
-            let age_ms = found.map_or(0, |(_, _, oldest_ms)| now_ms.saturating_sub(*oldest_ms).max(0));
-            instruments.oldest_age.record(age_ms as f64 / 1_000.0, &attributes);
-        }
+        let age_ms = found.map_or(0, |(_, _, oldest_ms)| now_ms.saturating_sub(*oldest_ms).max(0));
+        instruments.oldest_age.record(age_ms as f64 / 1_000.0, &attributes);
     }
     instruments.tickets_open.record(tickets, &[]);
     Ok(())

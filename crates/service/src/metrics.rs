@@ -124,7 +124,7 @@ pub const SAGAS: Spec = Spec {
     prometheus: "midflight_sagas",
     kind: Kind::Gauge,
     attributes: &["status"],
-    help: "Saga rows per status in the table (sampled by the recovery worker).",
+    help: "Saga rows per unfinished status in the table (sampled by the recovery worker).",
 };
 pub const SAGA_OLDEST_AGE: Spec = Spec {
     name: "midflight.saga.oldest_age",
