@@ -52,6 +52,13 @@ const BATCH_ATTEMPTS_MAX: u32 = 8;
 const BATCH_BACKOFF_BASE: Duration = Duration::from_millis(200);
 /// Longest wait between two attempts.
 const BATCH_BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// Longest a try at the database may go unanswered before it counts as failed and is made
+/// again (a batch's try also waits for its dead-letter deliveries, up to `delivery_timeout_ms`
+/// more). A statement that never answers (a connection black-holed by the network) would
+/// otherwise hold the loop, and with it the group's rebalances, until the kernel gave up.
+/// The outcome of a try cut off is unknown, as after a lost commit: the next try finds the
+/// rows it may have written.
+const DATABASE_TRY_DEADLINE: Duration = Duration::from_secs(30);
 /// Leases of never-started sagas released at once during shutdown.
 const RELEASE_CONCURRENCY: usize = 16;
 
@@ -132,6 +139,8 @@ struct Writer {
     lease_ms: i64,
     /// The first steps the inbox may write, by biz_id (`midflight_driver::opening`).
     openings: HashMap<String, Opening>,
+    /// How long one try may take: its dead-letter deliveries, then its transaction.
+    try_deadline: Duration,
 }
 
 /// A first step the inbox may write, and the call it records the intent of.
@@ -218,7 +227,8 @@ impl<D: Downstream> Pipeline<D> {
     /// Parses `batch` and starts writing it beside the loop. Copies of sagas already in flight
     /// here (in the scheduler or in a batch being written) are counted and left out.
     async fn launch(&mut self, batch: Vec<Incoming>, shutdown: &CancellationToken) -> Result<(), Error> {
-        let Some(now_ms) = retrying(&batch, shutdown, || async { Ok(self.store.now_ms().await?) }).await? else {
+        let clock = || async { Ok(self.store.now_ms().await?) };
+        let Some(now_ms) = retrying(&batch, shutdown, DATABASE_TRY_DEADLINE, clock).await? else {
             return Ok(());
         };
         let in_writes: HashSet<&str> =
@@ -258,6 +268,7 @@ impl<D: Downstream> Pipeline<D> {
             actor: self.actor.clone(),
             lease_ms: self.lease_ms,
             openings,
+            try_deadline: DATABASE_TRY_DEADLINE + Duration::from_millis(self.settings.delivery_timeout_ms),
         };
         let next = inbox::next_offsets(&batch);
         let messages = batch.len();
@@ -468,7 +479,8 @@ impl Writer {
     ) -> Result<Option<Durable>, Error> {
         // Taken once: a row an earlier try committed (its answer lost) keeps that try's lease.
         let leased_at = Instant::now();
-        retrying(&batch, &shutdown, || self.try_once(&batch, &sagas, &poisoned, now_ms, leased_at)).await
+        let try_once = || self.try_once(&batch, &sagas, &poisoned, now_ms, leased_at);
+        retrying(&batch, &shutdown, self.try_deadline, try_once).await
     }
 
     /// Delivers dead-letter copies, then inserts the rows in one transaction which also asks
@@ -520,11 +532,13 @@ fn openings(sagas: &[Saga], overlapping: &HashSet<String>, now_ms: i64, rules: &
 }
 
 /// `attempt` until it succeeds, with bounded retries and a doubling backoff ([`retry_after`]);
-/// `None` if shutdown interrupted the wait between two tries. Both steps of making `batch`
-/// durable go through this: reading the clock to parse it, and writing it.
+/// a try unanswered after `deadline` counts as failed. `None` if shutdown interrupted the wait
+/// between two tries. Both steps of making `batch` durable go through this: reading the clock
+/// to parse it, and writing it.
 async fn retrying<T, F, Fut>(
     batch: &[Incoming],
     shutdown: &CancellationToken,
+    deadline: Duration,
     mut attempt: F,
 ) -> Result<Option<T>, Error>
 where
@@ -533,9 +547,10 @@ where
 {
     let mut tries = 1;
     loop {
-        let error = match attempt().await {
-            Ok(value) => return Ok(Some(value)),
-            Err(error) => error,
+        let error = match tokio::time::timeout(deadline, attempt()).await {
+            Ok(Ok(value)) => return Ok(Some(value)),
+            Ok(Err(error)) => error,
+            Err(_) => Error::Write(format!("no answer within {} ms; its outcome is unknown", deadline.as_millis())),
         };
         let backoff = retry_after(batch, tries, error)?;
         tokio::select! {
@@ -623,6 +638,26 @@ mod tests {
         assert_eq!(waits.last(), Some(&BATCH_BACKOFF_MAX));
         let given_up = retry_after(&batch, BATCH_ATTEMPTS_MAX, Error::Write("down".into())).expect_err("gave up");
         assert!(given_up.to_string().contains("after 8 attempts"), "{given_up}");
+    }
+
+    /// A try that never answers (a black-holed connection) is cut off at its deadline and
+    /// made again, instead of holding the loop.
+    #[tokio::test(start_paused = true)]
+    async fn a_try_that_never_answers_is_cut_off_and_made_again() {
+        let batch = [message(7, "{}")];
+        let tries = std::sync::atomic::AtomicU32::new(0);
+        let started = tokio::time::Instant::now();
+        let answer = retrying(&batch, &CancellationToken::new(), Duration::from_secs(30), || async {
+            if tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0 {
+                std::future::pending::<()>().await;
+            }
+            Ok(42)
+        })
+        .await
+        .expect("the second try answers");
+        assert_eq!((answer, tries.into_inner()), (Some(42), 2));
+        // The deadline, then the first backoff.
+        assert_eq!(started.elapsed(), Duration::from_secs(30) + BATCH_BACKOFF_BASE);
     }
 
     #[test]

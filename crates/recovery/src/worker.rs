@@ -23,6 +23,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::RecoverySection;
 
+/// Longest one page of the recovery scan may go unanswered before the scan counts as failed
+/// (and is started again at the next interval).
+const SCAN_DEADLINE: Duration = Duration::from_secs(30);
+
 /// What one worker did so far (a metrics exporter reads these later).
 #[derive(Debug, Default)]
 pub struct Stats {
@@ -171,7 +175,14 @@ impl<D: Downstream> Worker<D> {
         permits: &Arc<Semaphore>,
         drives: &mut JoinSet<()>,
     ) -> Result<Option<ScanCursor>, midflight_store::Error> {
-        let page = self.driver.store().abandoned_after(cursor, self.section.scan_batch).await?;
+        // Bounded, so a statement that never answers (a black-holed connection) fails this scan
+        // instead of stopping every later one.
+        let scan = self.driver.store().abandoned_after(cursor, self.section.scan_batch);
+        let unanswered = || midflight_store::Error::Unanswered {
+            operation: "the recovery scan",
+            after_ms: u64::try_from(SCAN_DEADLINE.as_millis()).unwrap_or(u64::MAX),
+        };
+        let page = tokio::time::timeout(SCAN_DEADLINE, scan).await.map_err(|_| unanswered())??;
         self.stats.scans.fetch_add(1, Ordering::Relaxed);
         let full = page.len() as u64 >= self.section.scan_batch;
         let next = if full { page.last().map(ScanCursor::after) } else { None };

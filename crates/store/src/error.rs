@@ -18,6 +18,9 @@ pub enum Error {
     Invalid(String),
     #[error("saga {biz_id}: {message}")]
     Group { biz_id: String, message: String },
+    /// A caller's own deadline passed with no answer (the statement's outcome is unknown).
+    #[error("no answer from the database within {after_ms} ms during {operation}")]
+    Unanswered { operation: &'static str, after_ms: u64 },
 }
 
 impl Error {
