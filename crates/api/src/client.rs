@@ -291,6 +291,12 @@ impl<C> Side<C> {
         let sent = async {
             let _permit = self.permits.acquire().await.map_err(|_| Status::cancelled("client is shutting down"))?;
             let left = timeout.saturating_sub(started.elapsed());
+            if left < SEND_TIME_MIN {
+                return Err(Status::deadline_exceeded(format!(
+                    "not sent: waited {} ms for one of the client's concurrency_limit permits",
+                    started.elapsed().as_millis()
+                )));
+            }
             call(self.client.clone(), self.request(message, saga, left)).await
         };
         bounded(timeout, sent).await
@@ -323,6 +329,9 @@ fn channel(section: &GrpcClientSection) -> Result<Channel, Error> {
         .tcp_nodelay(true);
     Ok(endpoint.connect_lazy())
 }
+
+/// Least time a call is sent with: one that waited for a permit until less is left is not sent.
+const SEND_TIME_MIN: Duration = Duration::from_millis(5);
 
 /// The call, cut off at `timeout` even if the transport does not enforce the deadline itself.
 async fn bounded<T>(

@@ -8,8 +8,9 @@
 //! after the claim expires; notifications carry the biz_id as their key so readers deduplicate.
 //!
 //! When every publish of a round fails (Kafka down, the topic refused), the relay waits before
-//! the next round, doubling from `idle_ms` to 10 s, and logs one line a round at most every few
-//! seconds; `midflight_consumer_publish_failures_total` counts every failed row.
+//! the next round, doubling from `idle_ms` to 10 s until a round publishes something again.
+//! Failed rows are logged as one line at most every 5 s, with their count since the last;
+//! `midflight_consumer_publish_failures_total` counts every failed row.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,14 +43,46 @@ struct Round {
     failed: u64,
 }
 
-/// The wait after a round: `None` when the round published something or failed nothing,
-/// otherwise twice the last wait (from `idle`), at most [`FAILED_ROUND_BACKOFF_MAX`].
-fn failed_round_backoff(round: Round, last: Option<Duration>, idle: Duration) -> Option<Duration> {
-    if round.failed == 0 || round.published > 0 {
-        return None;
+/// The backoff after rounds whose every publish failed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Backoff {
+    /// The last wait; `None` once a round published something.
+    last: Option<Duration>,
+}
+
+impl Backoff {
+    /// The wait after `round`: twice the last one (from `idle`, at most
+    /// [`FAILED_ROUND_BACKOFF_MAX`]) when it failed and published nothing; `None` otherwise.
+    /// Only a round that published something starts the doubling over: the round after a
+    /// failed one usually finds nothing to claim (the failed rows stay claimed until their
+    /// claims expire), and that says nothing about Kafka.
+    fn after(&mut self, round: Round, idle: Duration) -> Option<Duration> {
+        if round.published > 0 {
+            self.last = None;
+            return None;
+        }
+        if round.failed == 0 {
+            return None;
+        }
+        let next = self.last.map_or(idle, |last| last.saturating_mul(2));
+        let wait = next.clamp(idle.min(FAILED_ROUND_BACKOFF_MAX), FAILED_ROUND_BACKOFF_MAX);
+        self.last = Some(wait);
+        Some(wait)
     }
-    let next = last.map_or(idle, |last| last.saturating_mul(2));
-    Some(next.clamp(idle.min(FAILED_ROUND_BACKOFF_MAX), FAILED_ROUND_BACKOFF_MAX))
+}
+
+/// Failed publishes not yet logged, and how often they may be.
+#[derive(Debug)]
+struct Failures {
+    lines: Throttle,
+    /// Rows failed since the last line.
+    unlogged: u64,
+}
+
+impl Default for Failures {
+    fn default() -> Failures {
+        Failures { lines: Throttle::new(), unlogged: 0 }
+    }
 }
 
 /// What the relay needs; it runs until `stop` is cancelled.
@@ -67,18 +100,17 @@ pub(crate) struct Relay {
 impl Relay {
     pub(crate) async fn run(self, stop: CancellationToken) {
         tracing::info!(owner = %self.owner, topic = %self.topic, "outbox relay started");
-        let failures = Throttle::new();
-        let mut backoff = None;
+        let mut failures = Failures::default();
+        let mut backoff = Backoff::default();
         while !stop.is_cancelled() {
-            let round = match self.round(&failures).await {
+            let round = match self.round(&mut failures).await {
                 Ok(round) => round,
                 Err(error) => {
                     tracing::warn!(owner = %self.owner, %error, "outbox relay round failed; retrying");
                     Round::default()
                 }
             };
-            backoff = failed_round_backoff(round, backoff, Duration::from_millis(self.settings.idle_ms));
-            if let Some(wait) = backoff {
+            if let Some(wait) = backoff.after(round, Duration::from_millis(self.settings.idle_ms)) {
                 tokio::select! {
                     () = stop.cancelled() => {}
                     () = tokio::time::sleep(wait) => {}
@@ -107,26 +139,27 @@ impl Relay {
 
     /// Claims, publishes and marks one batch. Failed publishes are counted, and logged as one
     /// line for the round (at most one such line per few seconds: an outage fails every row).
-    async fn round(&self, failures: &Throttle) -> Result<Round, midflight_store::Error> {
+    async fn round(&self, failures: &mut Failures) -> Result<Round, midflight_store::Error> {
         let batch = self.settings.batch_max as u64;
         let rows = self.store.claim_outbox(&self.owner, batch, self.settings.claim_ms).await?;
         if rows.is_empty() {
             return Ok(Round::default());
         }
         let (delivered, failed) = self.publish(&rows).await;
-        if let Some((biz_id, error)) = failed.first()
-            && let Some(held_back) = failures.admit()
-        {
-            tracing::warn!(
-                owner = %self.owner,
-                topic = %self.topic,
-                failed = failed.len(),
-                claimed = rows.len(),
-                first_biz_id = %biz_id,
-                %error,
-                rounds_not_logged_since_the_last_line = held_back,
-                "notifications not published; each is retried after its claim expires"
-            );
+        if let Some((biz_id, error)) = failed.first() {
+            failures.unlogged += failed.len() as u64;
+            if let Some(rounds) = failures.lines.admit() {
+                tracing::warn!(
+                    owner = %self.owner,
+                    topic = %self.topic,
+                    failed = failures.unlogged,
+                    rounds = rounds + 1,
+                    first_biz_id = %biz_id,
+                    %error,
+                    "notifications not published since the last such line; each is retried after its claim expires"
+                );
+                failures.unlogged = 0;
+            }
         }
         let marked = self.store.mark_published(&self.owner, &delivered).await?;
         Counters::add(&self.counters.published, marked);
@@ -166,19 +199,20 @@ mod tests {
     #[test]
     fn only_a_round_whose_every_publish_failed_backs_off_doubling_to_a_bound() {
         let idle = Duration::from_millis(250);
-        let failed = Round { published: 0, failed: 3 };
+        let (failed, empty) = (Round { published: 0, failed: 3 }, Round::default());
+        let mut backoff = Backoff::default();
+        // Each failed round is followed by one that finds its rows still claimed.
         let mut waits = Vec::new();
-        let mut last = None;
         for _ in 0..8 {
-            last = failed_round_backoff(failed, last, idle);
-            waits.push(last.map(|w| w.as_millis()));
+            waits.push(backoff.after(failed, idle).map(|w| w.as_millis()));
+            assert_eq!(backoff.after(empty, idle), None, "an empty round waits as usual");
         }
         let expected = [250, 500, 1_000, 2_000, 4_000, 8_000, 10_000, 10_000].map(Some);
         assert_eq!(waits, expected);
-        // Something published, or nothing failed: no backoff, and the doubling starts over.
-        assert_eq!(failed_round_backoff(Round { published: 1, failed: 3 }, last, idle), None);
-        assert_eq!(failed_round_backoff(Round::default(), last, idle), None);
+        // Something published, even with failures: no wait, and the doubling starts over.
+        assert_eq!(backoff.after(Round { published: 1, failed: 3 }, idle), None);
+        assert_eq!(backoff.after(failed, idle), Some(idle));
         // An idle wait longer than the bound waits the bound.
-        assert_eq!(failed_round_backoff(failed, None, Duration::from_secs(60)), Some(FAILED_ROUND_BACKOFF_MAX));
+        assert_eq!(Backoff::default().after(failed, Duration::from_secs(60)), Some(FAILED_ROUND_BACKOFF_MAX));
     }
 }

@@ -23,9 +23,20 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::RecoverySection;
 
-/// Longest one page of the recovery scan may go unanswered before the scan counts as failed
-/// (and is started again at the next interval).
+/// Longest one statement of the recovery scan may go unanswered before the scan counts as
+/// failed (and is started again at the next interval).
 const SCAN_DEADLINE: Duration = Duration::from_secs(30);
+
+/// `statement`, failed as [`midflight_store::Error::Unanswered`] after [`SCAN_DEADLINE`].
+async fn bounded<T>(
+    operation: &'static str,
+    statement: impl std::future::Future<Output = Result<T, midflight_store::Error>>,
+) -> Result<T, midflight_store::Error> {
+    let after_ms = u64::try_from(SCAN_DEADLINE.as_millis()).unwrap_or(u64::MAX);
+    tokio::time::timeout(SCAN_DEADLINE, statement)
+        .await
+        .unwrap_or(Err(midflight_store::Error::Unanswered { operation, after_ms }))
+}
 
 /// What one worker did so far (a metrics exporter reads these later).
 #[derive(Debug, Default)]
@@ -178,11 +189,7 @@ impl<D: Downstream> Worker<D> {
         // Bounded, so a statement that never answers (a black-holed connection) fails this scan
         // instead of stopping every later one.
         let scan = self.driver.store().abandoned_after(cursor, self.section.scan_batch);
-        let unanswered = || midflight_store::Error::Unanswered {
-            operation: "the recovery scan",
-            after_ms: u64::try_from(SCAN_DEADLINE.as_millis()).unwrap_or(u64::MAX),
-        };
-        let page = tokio::time::timeout(SCAN_DEADLINE, scan).await.map_err(|_| unanswered())??;
+        let page = bounded("the recovery scan", scan).await?;
         self.stats.scans.fetch_add(1, Ordering::Relaxed);
         let full = page.len() as u64 >= self.section.scan_batch;
         let next = if full { page.last().map(ScanCursor::after) } else { None };
@@ -208,7 +215,7 @@ impl<D: Downstream> Worker<D> {
     /// Whether the row waits for an earlier saga of its order; such rows are left alone
     /// (no claim, no log line) until that saga finishes.
     async fn blocked(&self, saga: &Saga) -> Result<bool, midflight_store::Error> {
-        let blocked = self.driver.blocked_by(saga).await?.is_some();
+        let blocked = bounded("the recovery scan's order check", self.driver.blocked_by(saga)).await?.is_some();
         if blocked {
             self.stats.skipped_blocked.fetch_add(1, Ordering::Relaxed);
         }

@@ -194,43 +194,70 @@ fn stop_with_parent(parent: u32, shutdown: CancellationToken) {
 }
 
 /// A token cancelled on the first SIGINT or SIGTERM. A second signal ends the process at once
-/// (exit code 130), for a shutdown that hangs (a database that does not answer): nothing is
-/// lost by it, as nothing is by a crash (rows are the record of work; leases expire, and
-/// offsets are committed only for rows already durable).
+/// (exit code 128 + the signal's number: 130 for SIGINT, 143 for SIGTERM), for a shutdown that
+/// hangs (a database that does not answer): nothing is lost by it, as nothing is by a crash
+/// (rows are the record of work; leases expire, and offsets are committed only for rows
+/// already durable).
 pub fn shutdown_on_signals() -> CancellationToken {
     let token = CancellationToken::new();
     let cancel = token.clone();
     tokio::spawn(async move {
-        wait_for_signal().await;
-        tracing::info!("shutdown requested; a second signal stops the process at once");
+        // Registered once, so a second signal that comes at once is not missed.
+        let mut signals = Signals::new();
+        let first = signals.next().await;
+        tracing::info!(signal = first.name, "shutdown requested; a second signal stops the process at once");
         cancel.cancel();
-        wait_for_signal().await;
-        tracing::warn!("second shutdown signal: stopping at once, without finishing the shutdown");
-        eprintln!("second shutdown signal: stopping at once");
-        std::process::exit(130);
+        let second = signals.next().await;
+        tracing::warn!(
+            signal = second.name,
+            "second shutdown signal: stopping at once, without finishing the shutdown"
+        );
+        eprintln!("second shutdown signal ({}): stopping at once", second.name);
+        std::process::exit(second.exit_code);
     });
     token
 }
 
-async fn wait_for_signal() {
+/// A shutdown signal that arrived.
+#[derive(Debug, Clone, Copy)]
+struct Arrived {
+    name: &'static str,
+    exit_code: i32,
+}
+
+const SIGINT: Arrived = Arrived { name: "SIGINT", exit_code: 130 };
+
+/// SIGINT and SIGTERM, listened to from creation on.
+struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                tokio::signal::ctrl_c().await.ok();
-            }
+    listeners: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl Signals {
+    fn new() -> Signals {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let listeners = signal(SignalKind::interrupt()).and_then(|int| Ok((int, signal(SignalKind::terminate())?)));
+            Signals { listeners: listeners.ok() }
+        }
+        #[cfg(not(unix))]
+        {
+            Signals {}
         }
     }
-    #[cfg(not(unix))]
-    {
+
+    async fn next(&mut self) -> Arrived {
+        #[cfg(unix)]
+        if let Some((interrupt, terminate)) = &mut self.listeners {
+            return tokio::select! {
+                _ = interrupt.recv() => SIGINT,
+                _ = terminate.recv() => Arrived { name: "SIGTERM", exit_code: 143 },
+            };
+        }
+        // Without the listeners (or off unix), Ctrl-C alone.
         tokio::signal::ctrl_c().await.ok();
+        SIGINT
     }
 }
 
