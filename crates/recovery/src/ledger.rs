@@ -210,15 +210,9 @@ mod tests {
     fn a_hundred_thousand_entries_of_the_common_kind_cost_a_pass_at_most_340_heap_bytes_each() {
         const N: u64 = 100_000;
         let mut ledger = Ledger::default();
+        // Ids as long as the driver's request ids and the mock's lock ids.
         let entries: Vec<LedgerEntry> = (0..N)
-            .map(|n| LedgerEntry {
-                seq: n + 1,
-                kind: LedgerKind::Apply,
-                request_id: format!("mf-wms-{n:032x}"),
-                order_no: format!("O-{n:08}"),
-                effect_id: format!("LCK{n:012}"),
-                at_ms: 1,
-            })
+            .map(|n| entry(n + 1, LedgerKind::Apply, &format!("mf-wms-{n:032x}"), &format!("LCK{n:012}")))
             .collect();
         ledger.fold(&entries);
         let per_entry = ledger.heap_bytes() as f64 / N as f64;

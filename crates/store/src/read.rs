@@ -456,6 +456,20 @@ mod tests {
 
     use crate::testing::{TestDb, order_event};
 
+    /// The engine's plan of `sql`, a line per step: MySQL's `key` (the index each step reads),
+    /// SQLite's `detail`.
+    async fn plan_of(store: &crate::Store, sql: &str, values: Vec<Value>) -> Vec<String> {
+        let (explain, column) = match store.backend {
+            DbBackend::MySql => ("EXPLAIN", "key"),
+            _ => ("EXPLAIN QUERY PLAN", "detail"),
+        };
+        let statement = Statement::from_sql_and_values(store.backend, format!("{explain} {sql}"), values);
+        let rows = store.db.query_all_raw(statement).await.expect("explain");
+        rows.iter()
+            .map(|row| row.try_get::<Option<String>>("", column).expect("plan column").unwrap_or_default())
+            .collect()
+    }
+
     /// The inbox batch's order check on a young table (rows just inserted, statistics not yet
     /// recounted) with a list as long as a full batch pads to: the plan must go through the
     /// `saga_order` index, not over the whole table.
@@ -471,19 +485,7 @@ mod tests {
         store.insert_arrivals(&sagas, "c1", 60_000, "consumer:c1").await.expect("insert");
         let values: Vec<Value> = sagas[..256].iter().map(|s| Value::from(s.order_no.clone())).collect();
         let sql = super::first_unfinished_sql(store.backend, values.len(), "");
-        let (explain, column) = match store.backend {
-            DbBackend::MySql => ("EXPLAIN", "key"),
-            _ => ("EXPLAIN QUERY PLAN", "detail"),
-        };
-        let rows = store
-            .db
-            .query_all_raw(Statement::from_sql_and_values(store.backend, format!("{explain} {sql}"), values))
-            .await
-            .expect("explain");
-        let plan: Vec<String> = rows
-            .iter()
-            .map(|row| row.try_get::<Option<String>>("", column).expect("plan column").unwrap_or_default())
-            .collect();
+        let plan = plan_of(store, &sql, values).await;
         assert!(plan.iter().any(|step| step.contains("saga_order")), "plan {plan:?} does not use saga_order");
     }
     crate::both_engines!(batch_order_check_uses_its_index, batch_order_check_reads_through_its_index);
@@ -578,16 +580,7 @@ mod tests {
         use midflight_model::Status::{Received, WmsRequested};
         assert_eq!(summary, [(Received, 1, now - 2_000), (WmsRequested, 2, now - 5_000)], "DONE left out");
 
-        let (explain, column) = match store.backend {
-            DbBackend::MySql => ("EXPLAIN", "key"),
-            _ => ("EXPLAIN QUERY PLAN", "detail"),
-        };
-        let sql = format!("{explain} {}", super::unfinished_summary_sql(store.backend));
-        let rows = store.db.query_all_raw(Statement::from_string(store.backend, sql)).await.expect("explain");
-        let plan: Vec<String> = rows
-            .iter()
-            .map(|row| row.try_get::<Option<String>>("", column).expect("plan column").unwrap_or_default())
-            .collect();
+        let plan = plan_of(store, &super::unfinished_summary_sql(store.backend), Vec::new()).await;
         assert!(plan.iter().any(|step| step.contains("saga_recovery")), "plan {plan:?} does not use saga_recovery");
     }
     crate::both_engines!(unfinished_summary_reads_only_unfinished, unfinished_summary_leaves_finished_sagas_out);
