@@ -39,17 +39,13 @@ pub(crate) type Client = StreamConsumer<Context>;
 const ERROR_LOG_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Lets one report through per interval and counts the ones it holds back.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct Throttle {
     /// When the last report went through, and how many were held back since.
     state: Mutex<(Option<Instant>, u64)>,
 }
 
 impl Throttle {
-    pub(crate) fn new() -> Throttle {
-        Throttle { state: Mutex::new((None, 0)) }
-    }
-
     /// `Some(held back since the last report)` when this report should go through.
     pub(crate) fn admit(&self) -> Option<u64> {
         let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -72,7 +68,7 @@ pub(crate) struct Logging {
 
 impl Logging {
     pub(crate) fn new(owner: &str) -> Logging {
-        Logging { owner: owner.to_owned(), errors: Throttle::new() }
+        Logging { owner: owner.to_owned(), errors: Throttle::default() }
     }
 }
 

@@ -125,7 +125,7 @@ pub async fn run_with<D: Downstream>(
         counters,
         paused: false,
         generation: 0,
-        errors: kafka::Throttle::new(),
+        errors: kafka::Throttle::default(),
         pending: std::collections::VecDeque::new(),
         broken: false,
         orphans: Vec::new(),

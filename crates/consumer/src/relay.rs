@@ -72,17 +72,11 @@ impl Backoff {
 }
 
 /// Failed publishes not yet logged, and how often they may be.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Failures {
     lines: Throttle,
     /// Rows failed since the last line.
     unlogged: u64,
-}
-
-impl Default for Failures {
-    fn default() -> Failures {
-        Failures { lines: Throttle::new(), unlogged: 0 }
-    }
 }
 
 /// What the relay needs; it runs until `stop` is cancelled.
