@@ -33,6 +33,7 @@ mod lookup;
 mod migrate;
 mod operator;
 mod outbox;
+mod purge;
 mod read;
 mod refused;
 mod row;
@@ -55,6 +56,7 @@ pub use finding::{FindingTicket, LOGISTICS_LEDGER_STEP, TicketOutcome, WMS_LEDGE
 pub use inbox::{Arrival, Received};
 pub use lookup::LedgerView;
 pub use outbox::OutboxMessage;
+pub use purge::Purged;
 pub use read::{OrderRow, Transition};
 pub use scan::ScanCursor;
 pub use stats::{StoreCounters, StoreStats};

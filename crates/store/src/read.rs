@@ -454,21 +454,7 @@ mod tests {
     use midflight_model::{Saga, Source};
     use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
 
-    use crate::testing::{TestDb, order_event};
-
-    /// The engine's plan of `sql`, a line per step: MySQL's `key` (the index each step reads),
-    /// SQLite's `detail`.
-    async fn plan_of(store: &crate::Store, sql: &str, values: Vec<Value>) -> Vec<String> {
-        let (explain, column) = match store.backend {
-            DbBackend::MySql => ("EXPLAIN", "key"),
-            _ => ("EXPLAIN QUERY PLAN", "detail"),
-        };
-        let statement = Statement::from_sql_and_values(store.backend, format!("{explain} {sql}"), values);
-        let rows = store.db.query_all_raw(statement).await.expect("explain");
-        rows.iter()
-            .map(|row| row.try_get::<Option<String>>("", column).expect("plan column").unwrap_or_default())
-            .collect()
-    }
+    use crate::testing::{TestDb, order_event, plan_of};
 
     /// The inbox batch's order check on a young table (rows just inserted, statistics not yet
     /// recounted) with a list as long as a full batch pads to: the plan must go through the

@@ -62,6 +62,20 @@ pub async fn drive_to_done(store: &Store, mut saga: Saga, actor: &str, lease_ms:
     saga
 }
 
+/// The engine's plan of `sql`, a line per step: MySQL's `key` (the index each step reads),
+/// SQLite's `detail`.
+#[cfg(test)]
+pub(crate) async fn plan_of(store: &crate::Store, sql: &str, values: Vec<sea_orm::Value>) -> Vec<String> {
+    use sea_orm::ConnectionTrait;
+    let (explain, column) = match store.backend {
+        sea_orm::DbBackend::MySql => ("EXPLAIN", "key"),
+        _ => ("EXPLAIN QUERY PLAN", "detail"),
+    };
+    let statement = sea_orm::Statement::from_sql_and_values(store.backend, format!("{explain} {sql}"), values);
+    let rows = store.db.query_all_raw(statement).await.expect("explain");
+    rows.iter().map(|row| row.try_get::<Option<String>>("", column).expect("plan column").unwrap_or_default()).collect()
+}
+
 /// Polls `check` every 20 ms until it holds, failing the test after a minute: how a test
 /// waits for another task or connection to reach a point, instead of sleeping.
 pub async fn until<F, Fut>(what: &str, mut check: F)
