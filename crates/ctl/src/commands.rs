@@ -352,7 +352,13 @@ async fn close_ticket(
 
 async fn reconcile(store: &Store, config: &RecoveryConfig, out: Out) -> anyhow::Result<Done> {
     let downstreams = Downstreams::connect_lazy(&config.wms, &config.logistics)?;
-    let reconciler = Reconciler::new(store.clone(), downstreams, config.reconcile.clone(), "sagactl:reconcile".into());
+    let reconciler = Reconciler::new(
+        store.clone(),
+        downstreams,
+        config.reconcile.clone(),
+        config.purge.horizon(),
+        "sagactl:reconcile".into(),
+    );
     let report = reconciler.run_once().await?;
     if out.json {
         out.json(&serde_json::to_value(&report)?)?;
@@ -375,6 +381,9 @@ fn print_report(report: &Report) {
         report.missing_effects,
         report.effects_after_rollback
     );
+    if report.past_horizon > 0 {
+        println!("past the purge horizon (not judged): {} effects under no saga", report.past_horizon);
+    }
     println!(
         "tickets:  {} opened, {} reopened, {} already open, {} resolved before",
         report.tickets_opened, report.tickets_reopened, report.tickets_already_open, report.tickets_resolved_before

@@ -30,6 +30,7 @@ pub struct RecoveryConfig {
     pub rules: Rules,
     pub recovery: RecoverySection,
     pub reconcile: ReconcileSection,
+    pub purge: PurgeSection,
 }
 
 /// How the worker finds and drives abandoned sagas.
@@ -61,6 +62,35 @@ pub struct RecoverySection {
     /// minutes is frequent enough for a person to act the same shift and cheap enough to ignore.
     pub reconcile_interval_ms: u64,
 }
+
+/// Deleting finished sagas (DONE, ROLLED_BACK) once nothing can ask for them again. Off by
+/// default: how long a saga must be kept depends on the order topic, which this service does
+/// not read.
+///
+/// A saga's row is what turns a redelivered message into a no-op, so `after_hours` must be
+/// longer than the oldest message the order topic can still hand out: its `retention.ms` plus
+/// its `segment.ms` (a segment is deleted whole, once its newest message is past retention),
+/// plus the longest time the consumers may be behind. A message read after its saga was purged
+/// is processed again, with every external effect. The reconciler leaves ledger entries older
+/// than the same horizon out, or it would call the effects of purged sagas orphans.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PurgeSection {
+    /// Sagas last written more than this many hours ago (database clock) are deleted; 0 turns
+    /// purging off. At least [`PURGE_AFTER_HOURS_MIN`] when on.
+    pub after_hours: u64,
+    /// Sagas per purge transaction (their log rows and outbox rows go in the same one).
+    pub batch_rows: u64,
+    /// Pause after a full batch: the backlog is worked through at most `batch_rows` per pause
+    /// (500 every 50 ms, 10,000 sagas a second), leaving the database to the hot path between.
+    pub pause_ms: u64,
+    /// Pause after a batch that found fewer than `batch_rows`: the old rows are gone.
+    pub interval_ms: u64,
+}
+
+/// Shortest purge horizon accepted: a day. A shorter one is almost surely a unit mistake, and
+/// a day is already shorter than any order topic's retention worth running.
+pub const PURGE_AFTER_HOURS_MIN: u64 = 24;
 
 /// How a reconciliation reads the ledgers and the table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,7 +127,46 @@ impl Default for RecoveryConfig {
             rules: Rules::default(),
             recovery: RecoverySection::default(),
             reconcile: ReconcileSection::default(),
+            purge: PurgeSection::default(),
         }
+    }
+}
+
+impl Default for PurgeSection {
+    fn default() -> Self {
+        PurgeSection {
+            after_hours: 0,
+            batch_rows: midflight_store::BATCH_ROWS_MAX as u64,
+            pause_ms: 50,
+            interval_ms: 60_000,
+        }
+    }
+}
+
+impl PurgeSection {
+    /// The horizon, when purging is on.
+    pub fn horizon(&self) -> Option<std::time::Duration> {
+        (self.after_hours > 0).then(|| std::time::Duration::from_secs(self.after_hours.saturating_mul(3_600)))
+    }
+
+    pub fn problems(&self, at: &str) -> Vec<String> {
+        let mut problems = Vec::new();
+        // A hundred years: far beyond any retention, and far from overflowing milliseconds.
+        if self.after_hours != 0 && !(PURGE_AFTER_HOURS_MIN..=876_000).contains(&self.after_hours) {
+            problems.push(format!(
+                "{at}.after_hours must be 0 (off) or in {PURGE_AFTER_HOURS_MIN}..=876000, and longer than the order \
+                 topic's retention.ms plus segment.ms; got {}",
+                self.after_hours
+            ));
+        }
+        let batch_max = midflight_store::BATCH_ROWS_MAX as u64;
+        if !(1..=batch_max).contains(&self.batch_rows) {
+            problems.push(format!("{at}.batch_rows must be in 1..={batch_max}"));
+        }
+        if self.interval_ms == 0 {
+            problems.push(format!("{at}.interval_ms must be positive"));
+        }
+        problems
     }
 }
 
@@ -192,6 +261,7 @@ impl Config for RecoveryConfig {
         problems.extend(retry_problems(&self.rules, "rules.retry"));
         problems.extend(self.recovery.problems("recovery"));
         problems.extend(self.reconcile.problems("reconcile"));
+        problems.extend(self.purge.problems("purge"));
         problems
     }
 }
@@ -230,6 +300,23 @@ mod tests {
             assert!(problems.iter().any(|p| p.contains(needle)), "{needle} not reported in {problems:#?}");
         }
         assert!(problems.iter().any(|p| p.starts_with("driver.lease_ms")), "{problems:#?}");
+    }
+
+    #[test]
+    fn purge_is_off_until_given_a_horizon_of_a_day_or_more() {
+        let mut purge = PurgeSection::default();
+        assert_eq!(purge.horizon(), None);
+        purge.after_hours = 336;
+        assert_eq!(purge.horizon(), Some(std::time::Duration::from_secs(336 * 3_600)));
+        assert_eq!(purge.problems("purge"), Vec::<String>::new());
+        purge.after_hours = 12;
+        purge.batch_rows = 0;
+        purge.interval_ms = 0;
+        let problems = purge.problems("purge");
+        for needle in ["purge.after_hours", "purge.batch_rows", "purge.interval_ms"] {
+            assert!(problems.iter().any(|p| p.starts_with(needle)), "{needle} not reported in {problems:#?}");
+        }
+        assert!(problems[0].contains("retention.ms"), "{problems:#?}");
     }
 
     #[test]

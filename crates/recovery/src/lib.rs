@@ -16,6 +16,7 @@
 
 mod config;
 mod ledger;
+mod purge;
 pub mod reconcile;
 pub mod telemetry;
 mod worker;
@@ -25,7 +26,8 @@ use midflight_store::Store;
 use tokio_util::sync::CancellationToken;
 
 pub use config::{
-    CONCURRENCY_MAX, LEDGER_PAGE_ENTRIES_MAX, ReconcileSection, RecoveryConfig, RecoverySection, SCAN_BATCH_MAX,
+    CONCURRENCY_MAX, LEDGER_PAGE_ENTRIES_MAX, PURGE_AFTER_HOURS_MIN, PurgeSection, ReconcileSection, RecoveryConfig,
+    RecoverySection, SCAN_BATCH_MAX,
 };
 pub use ledger::{ENTRIES_KEPT_PER_REQUEST_MAX, FindingKind, Ledger};
 pub use reconcile::{Finding, Reconciler, Report};
@@ -45,7 +47,7 @@ pub enum Error {
 }
 
 /// Runs the recovery service until `shutdown`: the scan-and-drive loop and, when configured,
-/// a reconciliation every `recovery.reconcile_interval_ms`.
+/// a reconciliation every `recovery.reconcile_interval_ms` and the purge of finished sagas.
 pub async fn run(config: RecoveryConfig, shutdown: CancellationToken) -> Result<(), Error> {
     let store = Store::connect(&config.database).await?;
     if config.recovery.migrate_on_start {
@@ -62,17 +64,21 @@ pub async fn run(config: RecoveryConfig, shutdown: CancellationToken) -> Result<
     );
     let owner = worker.owner().to_owned();
     let actor = format!("recovery:{owner}");
-    let reconciler = Reconciler::new(store.clone(), downstreams, config.reconcile.clone(), actor);
+    let horizon = config.purge.horizon();
+    let reconciler = Reconciler::new(store.clone(), downstreams, config.reconcile.clone(), horizon, actor);
     telemetry::observe(&worker.stats());
     midflight_driver::telemetry::observe_store(&store);
     // The table is sampled only for someone who reads metrics: off by default, it costs no query.
     let metrics_on = config.telemetry.metrics_listen.is_some() || config.telemetry.otlp_endpoint.is_some();
     let sampler = metrics_on.then(|| tokio::spawn(telemetry::sample_periodically(store.clone(), shutdown.clone())));
-    let periodic = tokio::spawn(reconcile_periodically(reconciler, config.recovery.reconcile_interval_ms, shutdown));
+    let periodic =
+        tokio::spawn(reconcile_periodically(reconciler, config.recovery.reconcile_interval_ms, shutdown.clone()));
+    let purging = tokio::spawn(purge::purge_periodically(store.clone(), config.purge, worker.stats(), shutdown));
     midflight_service::readiness().set_ready(true);
     let worker_stats = worker.run().await;
     // The reconciler stops at the same signal; a pass cut short only leaves tickets unopened.
     periodic.await.ok();
+    purging.await.ok();
     if let Some(sampler) = sampler {
         sampler.await.ok();
     }

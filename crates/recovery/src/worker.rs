@@ -28,7 +28,7 @@ use crate::config::RecoverySection;
 const SCAN_DEADLINE: Duration = Duration::from_secs(30);
 
 /// `statement`, failed as [`midflight_store::Error::Unanswered`] after [`SCAN_DEADLINE`].
-async fn bounded<T>(
+pub(crate) async fn bounded<T>(
     operation: &'static str,
     statement: impl std::future::Future<Output = Result<T, midflight_store::Error>>,
 ) -> Result<T, midflight_store::Error> {
@@ -54,6 +54,11 @@ pub struct Stats {
     pub lost: AtomicU64,
     pub stopped: AtomicU64,
     pub failed: AtomicU64,
+    /// What the purge deleted (sagas, their log rows, their outbox rows), and its failed batches.
+    pub purged_sagas: AtomicU64,
+    pub purged_transitions: AtomicU64,
+    pub purged_outbox: AtomicU64,
+    pub purge_failures: AtomicU64,
 }
 
 /// A copy of [`Stats`] at one moment.
@@ -68,6 +73,10 @@ pub struct StatsSnapshot {
     pub lost: u64,
     pub stopped: u64,
     pub failed: u64,
+    pub purged_sagas: u64,
+    pub purged_transitions: u64,
+    pub purged_outbox: u64,
+    pub purge_failures: u64,
 }
 
 impl Stats {
@@ -83,6 +92,10 @@ impl Stats {
             lost: get(&self.lost),
             stopped: get(&self.stopped),
             failed: get(&self.failed),
+            purged_sagas: get(&self.purged_sagas),
+            purged_transitions: get(&self.purged_transitions),
+            purged_outbox: get(&self.purged_outbox),
+            purge_failures: get(&self.purge_failures),
         }
     }
 

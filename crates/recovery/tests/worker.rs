@@ -12,10 +12,10 @@ use midflight_api::client::LedgerKind;
 use midflight_config::{DatabaseSection, GrpcClientSection};
 use midflight_driver::Outcome;
 use midflight_model::{Status, Step, request_id};
-use midflight_recovery::{RecoveryConfig, Worker};
+use midflight_recovery::{PurgeSection, RecoveryConfig, Worker};
 use midflight_stack::{MethodFaults, MockDownstreams, MockOptions, fault};
 use midflight_store::both_engines;
-use midflight_store::testing::TestDb;
+use midflight_store::testing::{TestDb, age, drive_to_done, until};
 use tokio_util::sync::CancellationToken;
 
 fn config(db: &TestDb, mocks: &MockDownstreams) -> RecoveryConfig {
@@ -120,3 +120,34 @@ async fn shutdown_leaves_sagas_at_a_durable_point(db: &TestDb) {
     }
 }
 both_engines!(shutdown_releases_leases, shutdown_leaves_sagas_at_a_durable_point);
+
+/// With purging on, the service deletes finished sagas past the horizon, batch after batch
+/// (seven in batches of two), and keeps the recent one.
+async fn purge_runs_through_the_backlog(db: &TestDb) {
+    const HOUR_MS: i64 = 3_600_000;
+    let mocks = MockDownstreams::start(MockOptions::default()).await;
+    let events: Vec<_> = (0..8).map(|i| event(&format!("O-{i}"), "PAID", "CN-ZJ")).collect();
+    let sagas = arrive(&db.store, &events, 1, 60_000).await;
+    for (i, saga) in sagas.iter().enumerate() {
+        let done = drive_to_done(&db.store, saga.clone(), "consumer:dead-consumer", 60_000).await;
+        if i < 7 {
+            age(&db.store, &done.biz_id, Status::Done, 25 * HOUR_MS).await;
+        }
+    }
+    let mut config = config(db, &mocks);
+    config.purge = PurgeSection { after_hours: 24, batch_rows: 2, pause_ms: 1, interval_ms: 20 };
+    let shutdown = CancellationToken::new();
+    let service = tokio::spawn(midflight_recovery::run(config, shutdown.clone()));
+    until("the old sagas are purged", || async { db.store.page("", 10).await.expect("page").len() == 1 }).await;
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(10), service)
+        .await
+        .expect("the service stops on shutdown")
+        .expect("join")
+        .expect("the service ends without error");
+    let left = db.store.page("", 10).await.expect("page");
+    assert_eq!(left[0].biz_id, sagas[7].biz_id, "the recent saga stays");
+    assert!(db.store.transitions(&sagas[0].biz_id).await.expect("log").is_empty(), "its log went with it");
+    assert!(!db.store.transitions(&sagas[7].biz_id).await.expect("log").is_empty(), "the recent one's log stays");
+}
+both_engines!(purge_deletes_old_finished_sagas, purge_runs_through_the_backlog);

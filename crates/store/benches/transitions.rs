@@ -12,14 +12,12 @@
 //! `MIDFLIGHT_BENCH_IN_FLIGHT` (default 2,000): with few sagas in flight the groups stay small,
 //! as at a paced rate, and sagas/s is set by how long one transition takes (Little's law).
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use midflight_config::DatabaseSection;
 use midflight_model::{Saga, Source};
-use midflight_store::testing::{Engine, TestDb, drive_to_done, order_event};
-use midflight_store::{Arrival, Store};
-use tokio::sync::Semaphore;
+use midflight_store::Store;
+use midflight_store::testing::{Engine, TestDb, drive_all_to_done, order_event};
 
 const SAGAS_DEFAULT: usize = 20_000;
 /// Sagas in flight at once by default: the consumer's default `in_flight_max`.
@@ -64,23 +62,7 @@ async fn bench(db: &TestDb, group_commit_max: usize, in_flight: usize, count: us
     let now = store.now_ms().await.expect("clock");
     let sagas: Vec<Saga> = (0..count).map(|n| saga(n, now)).collect();
     let started = Instant::now();
-    let permits = Arc::new(Semaphore::new(in_flight));
-    let mut drives = tokio::task::JoinSet::new();
-    for batch in sagas.chunks(INBOX_BATCH) {
-        let arrivals = store.insert_arrivals(batch, "bench", LEASE_MS, "consumer:bench").await.expect("inbox");
-        for arrival in arrivals {
-            let Arrival::Fresh(saga) = arrival else { panic!("fresh rows only") };
-            let permit = permits.clone().acquire_owned().await.expect("permit");
-            let store = store.clone();
-            drives.spawn(async move {
-                drive_to_done(&store, saga, "consumer:bench", LEASE_MS).await;
-                drop(permit);
-            });
-        }
-    }
-    while let Some(joined) = drives.join_next().await {
-        joined.expect("drive task");
-    }
+    drive_all_to_done(&store, &sagas, INBOX_BATCH, in_flight, LEASE_MS).await;
     let seconds = started.elapsed().as_secs_f64();
     let stats = store.stats();
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();

@@ -138,7 +138,7 @@ mod tests {
     use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
 
     use super::Purged;
-    use crate::testing::{TestDb, drive_to_done, order_event, plan_of};
+    use crate::testing::{TestDb, age, drive_to_done, order_event, plan_of};
 
     const HOUR_MS: i64 = 3_600_000;
 
@@ -154,15 +154,6 @@ mod tests {
             .collect();
         let arrived = store.insert_arrivals(&sagas, "c1", 60_000, "consumer:c1").await.expect("insert");
         arrived.into_iter().map(|arrival| arrival.saga().clone()).collect()
-    }
-
-    /// Sets a row's last write (and its lease) `ago_ms` before now, and its status.
-    async fn age(store: &crate::Store, biz_id: &str, status: Status, ago_ms: i64) {
-        let now = store.now_ms().await.expect("clock");
-        let sql = "UPDATE saga SET status = ?, updated_at_ms = ?, lease_until_ms = ? WHERE biz_id = ?";
-        let values: Vec<Value> =
-            vec![status.as_str().into(), (now - ago_ms).into(), (now - ago_ms + 30_000).into(), biz_id.into()];
-        store.db.execute_raw(Statement::from_sql_and_values(store.backend, sql, values)).await.expect("age");
     }
 
     async fn count(store: &crate::Store, sql: &str) -> i64 {

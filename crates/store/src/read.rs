@@ -191,7 +191,8 @@ impl Store {
 
     /// [`Store::status_summary`] of the unfinished statuses only, read through the
     /// `saga_recovery` index (status first): its cost follows the sagas in flight, not the
-    /// table's history, so it can run every few seconds on a table that only grows.
+    /// table's history (every finished saga, until a purge deletes it), so it can run every
+    /// few seconds.
     pub async fn unfinished_summary(&self) -> Result<Vec<(Status, u64, i64)>, Error> {
         self.summary(&unfinished_summary_sql(self.backend)).await
     }

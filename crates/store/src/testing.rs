@@ -76,6 +76,40 @@ pub(crate) async fn plan_of(store: &crate::Store, sql: &str, values: Vec<sea_orm
     rows.iter().map(|row| row.try_get::<Option<String>>("", column).expect("plan column").unwrap_or_default()).collect()
 }
 
+/// Inserts `sagas` in inbox batches of `batch` and drives each to DONE with
+/// [`drive_to_done`], `in_flight` at a time, as the consumer does; returns when all are done.
+pub async fn drive_all_to_done(store: &Store, sagas: &[Saga], batch: usize, in_flight: usize, lease_ms: i64) {
+    let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(in_flight.max(1)));
+    let mut drives = tokio::task::JoinSet::new();
+    for chunk in sagas.chunks(batch.max(1)) {
+        let arrivals = store.insert_arrivals(chunk, "bench", lease_ms, "consumer:bench").await.expect("inbox");
+        for arrival in arrivals {
+            let crate::Arrival::Fresh(saga) = arrival else { panic!("fresh rows only") };
+            let permit = permits.clone().acquire_owned().await.expect("permit");
+            let store = store.clone();
+            drives.spawn(async move {
+                drive_to_done(&store, saga, "consumer:bench", lease_ms).await;
+                drop(permit);
+            });
+        }
+    }
+    while let Some(joined) = drives.join_next().await {
+        joined.expect("drive task");
+    }
+}
+
+/// Sets `status` on a saga and moves its last write (and its lease, 30 s after it) `ago_ms`
+/// into the past by the database clock: how a test makes a saga old enough to purge.
+pub async fn age(store: &Store, biz_id: &str, status: midflight_model::Status, ago_ms: i64) {
+    use sea_orm::{ConnectionTrait, Statement, Value};
+    let now = store.now_ms().await.expect("clock");
+    let sql = "UPDATE saga SET status = ?, updated_at_ms = ?, lease_until_ms = ? WHERE biz_id = ?";
+    let values: Vec<Value> =
+        vec![status.as_str().into(), (now - ago_ms).into(), (now - ago_ms + 30_000).into(), biz_id.into()];
+    let result = store.db.execute_raw(Statement::from_sql_and_values(store.backend, sql, values)).await.expect("age");
+    assert_eq!(result.rows_affected(), 1, "{biz_id}: no such saga");
+}
+
 /// Polls `check` every 20 ms until it holds, failing the test after a minute: how a test
 /// waits for another task or connection to reach a point, instead of sleeping.
 pub async fn until<F, Fut>(what: &str, mut check: F)
