@@ -255,3 +255,26 @@ impl<D: Downstream> Worker<D> {
 fn millis(ms: u64) -> Duration {
     Duration::from_millis(ms)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A scan or purge statement that never answers (a black-holed connection) fails at the
+    /// deadline, naming what it was, so the next interval tries again; one that answers passes
+    /// its answer through.
+    #[tokio::test(start_paused = true)]
+    async fn a_statement_that_never_answers_fails_at_the_deadline() {
+        let started = tokio::time::Instant::now();
+        let never = std::future::pending::<Result<u32, midflight_store::Error>>();
+        let error = bounded("the recovery scan", never).await.expect_err("cut off");
+        assert_eq!(started.elapsed(), SCAN_DEADLINE);
+        assert!(
+            matches!(error, midflight_store::Error::Unanswered { operation: "the recovery scan", after_ms: 30_000 }),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("the recovery scan"), "{error}");
+        let answered = bounded("the recovery scan", async { Ok(7) }).await.expect("answered");
+        assert_eq!(answered, 7);
+    }
+}
