@@ -4,7 +4,12 @@
 //! other, on SQLite and (when `MIDFLIGHT_TEST_MYSQL_URL` is set) MariaDB. A purge must keep up
 //! with the rate sagas finish at, or the table grows.
 //!
-//! Not a test: it prints one table row per engine. Run:
+//! Then the purge beside the hot path: on a fresh database holding such a backlog, N more sagas
+//! are driven to DONE as the consumer does, alone and then (on another fresh database) with a
+//! purge running beside them at the recovery worker's defaults (batches of 500, 50 ms apart),
+//! twice each, alternating: what the purge costs the consumer.
+//!
+//! Not a test: it prints one table row per engine and run. Run:
 //! `MIDFLIGHT_TEST_MYSQL_URL=mysql://root@127.0.0.1:3306/test cargo bench -p midflight-store --bench purge`.
 
 use std::time::Instant;
@@ -28,22 +33,41 @@ fn main() {
             let Some(db) = TestDb::fresh(engine).await else { continue };
             println!("{}", bench(&db, count, batch).await);
         }
+        println!();
+        println!("| engine | purge beside | sagas driven | sagas/s driven | sagas purged meanwhile | load avg |");
+        println!("|---|---|---|---|---|---|");
+        for engine in [Engine::Sqlite, Engine::MySql] {
+            for beside in [false, true, false, true] {
+                let Some(db) = TestDb::fresh(engine).await else { continue };
+                println!("{}", beside_the_hot_path(&db, count, beside).await);
+            }
+        }
     });
 }
 
-async fn bench(db: &TestDb, count: usize, batch: usize) -> String {
+async fn connect(db: &TestDb) -> Store {
     let max_connections = if db.engine == Engine::Sqlite { 4 } else { 16 };
     let section = DatabaseSection { url: db.url.clone(), max_connections, ..DatabaseSection::default() };
-    let store = Store::connect(&section).await.expect("connect");
+    Store::connect(&section).await.expect("connect")
+}
+
+/// Drives `count` sagas named `prefix-n` to DONE, then moves every saga of the table 49 hours
+/// into the past with its notification published.
+async fn backlog(store: &Store, prefix: &str, count: usize) {
     let now = store.now_ms().await.expect("clock");
-    let sagas: Vec<Saga> = (0..count).map(|n| saga(n, now)).collect();
-    drive_all_to_done(&store, &sagas, 256, 2_000, 60_000).await;
+    let sagas: Vec<Saga> = (0..count).map(|n| saga(prefix, n, now)).collect();
+    drive_all_to_done(store, &sagas, 256, 2_000, 60_000).await;
     for sql in [
         format!("UPDATE saga SET updated_at_ms = {}, lease_until_ms = {}", now - 49 * HOUR_MS, now - 49 * HOUR_MS),
         "UPDATE outbox SET published_at_ms = 1".to_owned(),
     ] {
         store.connection().execute_raw(Statement::from_string(store.backend(), sql)).await.expect("age");
     }
+}
+
+async fn bench(db: &TestDb, count: usize, batch: usize) -> String {
+    let store = connect(db).await;
+    backlog(&store, "P", count).await;
     let started = Instant::now();
     let (mut all, mut batches) = (Purged::default(), 0_u32);
     loop {
@@ -69,8 +93,50 @@ async fn bench(db: &TestDb, count: usize, batch: usize) -> String {
     )
 }
 
-fn saga(n: usize, now_ms: i64) -> Saga {
-    let event = order_event(&format!("P-{n:07}"));
+/// The hot path's rate on a table holding a backlog of `count` purgeable sagas, with or without
+/// a purge at the recovery worker's defaults running beside it.
+async fn beside_the_hot_path(db: &TestDb, count: usize, beside: bool) -> String {
+    let store = connect(db).await;
+    backlog(&store, "OLD", count).await;
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let purge = beside.then(|| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let mut purged = 0;
+            while !*stopped.borrow() {
+                let batch = store.purge_finished(48 * HOUR_MS, 500).await.expect("purge");
+                purged += batch.sagas;
+                let pause = if batch.sagas == 500 { 50 } else { 60_000 };
+                tokio::select! {
+                    () = tokio::time::sleep(std::time::Duration::from_millis(pause)) => {}
+                    _ = stopped.changed() => {}
+                }
+            }
+            purged
+        })
+    });
+    let now = store.now_ms().await.expect("clock");
+    let sagas: Vec<Saga> = (0..count).map(|n| saga("NEW", n, now)).collect();
+    let started = Instant::now();
+    drive_all_to_done(&store, &sagas, 256, 2_000, 60_000).await;
+    let seconds = started.elapsed().as_secs_f64();
+    stop.send_replace(true);
+    let purged = match purge {
+        Some(task) => task.await.expect("purge task").to_string(),
+        None => "-".to_owned(),
+    };
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    format!(
+        "| {} | {} | {count} | {:.0} | {purged} | {} |",
+        if db.engine == Engine::Sqlite { "sqlite" } else { "mariadb" },
+        if beside { "yes" } else { "no" },
+        count as f64 / seconds,
+        load.split_whitespace().next().unwrap_or("?"),
+    )
+}
+
+fn saga(prefix: &str, n: usize, now_ms: i64) -> Saga {
+    let event = order_event(&format!("{prefix}-{n:07}"));
     let source = Source { topic: "orders".into(), partition: (n % 16) as i32, offset: (n / 16) as i64 };
     Saga::received(&event, source, now_ms, now_ms + 600_000)
 }
