@@ -95,6 +95,11 @@ pub const GROUP_COMMIT_LINGER_MS_MAX: u64 = 100;
 /// Bounds of `database.idle_timeout_ms`: at least a second, at most an hour.
 pub const IDLE_TIMEOUT_MS_MIN: u64 = 1_000;
 pub const IDLE_TIMEOUT_MS_MAX: u64 = 3_600_000;
+/// How long a pooled connection may sit idle before it is checked (pinged) before use.
+pub const PING_AFTER_IDLE_MS: u64 = 30_000;
+/// Shortest `database.session_idle_timeout_ms` (other than 0): twice [`PING_AFTER_IDLE_MS`], so
+/// every connection the server may have closed for idling is checked before it is used.
+pub const SESSION_IDLE_TIMEOUT_MS_MIN: u64 = 60_000;
 
 /// The saga database (MySQL 8 / MariaDB, or SQLite).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -136,6 +141,15 @@ pub struct DatabaseSection {
     /// moderate rate is a single transition paying a whole transaction's round trips alone.
     /// Every transition of a group may wait this long, so it adds up to this much per step.
     pub group_commit_linger_ms: u64,
+    /// MySQL and MariaDB: the server closes a session of ours that has sent nothing for this
+    /// long (its `wait_timeout`, set for each pooled connection, in whole seconds), with its
+    /// transaction and the row locks it holds. A transaction never waits on anything but its
+    /// own statements, so one idle this long belongs to a client that is gone: a process
+    /// frozen or cut off by the network mid-transaction, or a try abandoned at its deadline.
+    /// Without it the server waits out its own `wait_timeout` (8 hours by default) while every
+    /// write to those rows waits and fails. Idle pooled connections are pinged before use
+    /// after 30 s, so the server closing one costs nothing. 0 leaves the server's setting.
+    pub session_idle_timeout_ms: u64,
 }
 
 impl Default for DatabaseSection {
@@ -149,6 +163,7 @@ impl Default for DatabaseSection {
             group_commit_max: 256,
             group_commit_concurrency: 4,
             group_commit_linger_ms: 0,
+            session_idle_timeout_ms: 120_000,
         }
     }
 }
@@ -176,6 +191,15 @@ impl DatabaseSection {
         }
         if !(1..=GROUP_COMMIT_CONCURRENCY_MAX).contains(&self.group_commit_concurrency) {
             problems.push(format!("{at}.group_commit_concurrency must be in 1..={GROUP_COMMIT_CONCURRENCY_MAX}"));
+        }
+        if self.session_idle_timeout_ms != 0
+            && !(SESSION_IDLE_TIMEOUT_MS_MIN..=IDLE_TIMEOUT_MS_MAX * 24).contains(&self.session_idle_timeout_ms)
+        {
+            problems.push(format!(
+                "{at}.session_idle_timeout_ms must be 0 (the server's own) or in {SESSION_IDLE_TIMEOUT_MS_MIN}..={}, got {}",
+                IDLE_TIMEOUT_MS_MAX * 24,
+                self.session_idle_timeout_ms
+            ));
         }
         if self.group_commit_linger_ms > GROUP_COMMIT_LINGER_MS_MAX {
             problems.push(format!("{at}.group_commit_linger_ms must be at most {GROUP_COMMIT_LINGER_MS_MAX}"));

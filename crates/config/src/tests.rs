@@ -78,6 +78,12 @@ fn validation_reports_every_problem() {
     let err = load::<Demo>(&sources(&[], &["database.idle_timeout_ms=0"])).expect_err("a pool closing at once");
     assert!(err.to_string().contains("database.idle_timeout_ms must be in 1000..=3600000, got 0"), "{err}");
     load::<Demo>(&sources(&[], &["database.idle_timeout_ms=1000"])).expect("the lower bound itself is allowed");
+    // A session the server may close before the pool would check it.
+    let err = load::<Demo>(&sources(&[], &["database.session_idle_timeout_ms=30000"])).expect_err("under a minute");
+    assert!(err.to_string().contains("database.session_idle_timeout_ms must be 0"), "{err}");
+    for allowed in ["0", "60000"] {
+        load::<Demo>(&sources(&[], &[&format!("database.session_idle_timeout_ms={allowed}")])).expect(allowed);
+    }
 }
 
 #[test]

@@ -115,9 +115,10 @@ impl Store {
             // Testing every connection before use halves the commit rate on this kind of box;
             // test only those idle long enough to have been cut off.
             .test_before_acquire(false)
-            .test_before_acquire_if_idle_for(Duration::from_secs(30))
+            .test_before_acquire_if_idle_for(Duration::from_millis(midflight_config::PING_AFTER_IDLE_MS))
             .sqlx_logging(false)
             .map_sqlx_mysql_opts(|options| options.statement_cache_capacity(dialect::STATEMENT_CACHE))
+            .map_sqlx_mysql_pool_opts(session_settings(section.session_idle_timeout_ms))
             .map_sqlx_sqlite_opts(|options| {
                 options
                     .journal_mode(sea_orm::sqlx::sqlite::SqliteJournalMode::Wal)
@@ -202,6 +203,27 @@ impl Store {
         self.db.close().await.map_err(|source| Error::Db { operation: "close", biz_id: None, source })
     }
 }
+
+/// What each new MySQL connection runs first: the server's `wait_timeout` for it
+/// (`database.session_idle_timeout_ms`, rounded up to whole seconds; nothing when 0).
+fn session_settings(idle_timeout_ms: u64) -> impl Fn(MySqlPoolOptions) -> MySqlPoolOptions + Send + Sync + 'static {
+    move |pool| {
+        if idle_timeout_ms == 0 {
+            return pool;
+        }
+        let sql = format!("SET SESSION wait_timeout = {}", idle_timeout_ms.div_ceil(1_000));
+        pool.after_connect(move |connection, _| {
+            let sql = sql.clone();
+            Box::pin(async move {
+                use sea_orm::sqlx::Executor;
+                // Our own text with a number in it, not input.
+                connection.execute(sea_orm::sqlx::raw_sql(sea_orm::sqlx::AssertSqlSafe(sql))).await.map(|_| ())
+            })
+        })
+    }
+}
+
+type MySqlPoolOptions = sea_orm::sqlx::pool::PoolOptions<sea_orm::sqlx::MySql>;
 
 /// The SQL of the migrations, in order, for tools and tests.
 pub fn migration_files() -> &'static [(&'static str, &'static str)] {

@@ -968,3 +968,42 @@ async fn budget_is_the_servers(db: &TestDb) {
     assert!(budget.shortfall(free + 1).is_some(), "{} does not: {budget:?}", free + 1);
 }
 both_engines!(connection_budget_is_read_from_the_server, budget_is_the_servers);
+
+/// A transaction its client left idle (begun, one row locked, then nothing: a process frozen
+/// or cut off mid-transaction) is ended by the server after `database.session_idle_timeout_ms`,
+/// and its row lock with it, so a writer waiting on that row goes on instead of waiting out the
+/// server's lock wait (50 s) and failing. MySQL and MariaDB only: SQLite has no sessions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_abandoned_transaction_is_ended_by_the_server() {
+    let Some(db) = TestDb::fresh(Engine::MySql).await else { return };
+    let saga = arrive(&db.store, received(&db.store, "IDLE-1", 1).await, "c1", LEASE_MS).await;
+    let section = midflight_config::DatabaseSection {
+        url: db.url.clone(),
+        max_connections: 2,
+        session_idle_timeout_ms: 1_000,
+        ..midflight_config::DatabaseSection::default()
+    };
+    let short = Store::connect(&section).await.expect("connect");
+    let sql = "SELECT @@SESSION.wait_timeout AS t";
+    let row = short.connection().query_one_raw(Statement::from_string(DbBackend::MySql, sql)).await.expect("read");
+    assert_eq!(row.expect("a row").try_get::<u64>("", "t").expect("wait_timeout"), 1);
+
+    let update = |by: i32| {
+        Statement::from_sql_and_values(
+            DbBackend::MySql,
+            "UPDATE saga SET attempts = attempts + ? WHERE biz_id = ?",
+            [by.into(), saga.biz_id.clone().into()],
+        )
+    };
+    let abandoned = short.connection().begin().await.expect("begin");
+    abandoned.execute_raw(update(1)).await.expect("lock the row");
+    let waiting = db.store.connection().execute_raw(update(10));
+    let applied = tokio::time::timeout(std::time::Duration::from_secs(20), waiting)
+        .await
+        .expect("the waiting writer goes on well before the server's lock wait ends")
+        .expect("update");
+    assert_eq!(applied.rows_affected(), 1);
+    assert!(abandoned.commit().await.is_err(), "the abandoned transaction's session is gone");
+    let row = db.store.get(&saga.biz_id).await.expect("get").expect("row");
+    assert_eq!(row.attempts, 10, "the abandoned transaction's write was rolled back");
+}
