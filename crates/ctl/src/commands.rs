@@ -352,13 +352,7 @@ async fn close_ticket(
 
 async fn reconcile(store: &Store, config: &RecoveryConfig, out: Out) -> anyhow::Result<Done> {
     let downstreams = Downstreams::connect_lazy(&config.wms, &config.logistics)?;
-    let reconciler = Reconciler::new(
-        store.clone(),
-        downstreams,
-        config.reconcile.clone(),
-        config.purge.horizon(),
-        "sagactl:reconcile".into(),
-    );
+    let reconciler = Reconciler::new(store.clone(), downstreams, config.reconcile.clone(), "sagactl:reconcile".into());
     let report = reconciler.run_once().await?;
     if out.json {
         out.json(&serde_json::to_value(&report)?)?;
@@ -381,8 +375,8 @@ fn print_report(report: &Report) {
         report.missing_effects,
         report.effects_after_rollback
     );
-    if report.past_horizon > 0 {
-        println!("past the purge horizon (not judged): {} effects under no saga", report.past_horizon);
+    if report.owned_by_purged > 0 {
+        println!("effects of purged sagas (not judged): {}", report.owned_by_purged);
     }
     println!(
         "tickets:  {} opened, {} reopened, {} already open, {} resolved before",

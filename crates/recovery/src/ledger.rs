@@ -28,8 +28,6 @@ pub struct Effects {
     pub entries: Vec<Evidence>,
     /// Some saga of the pass's walk names this request id.
     pub owned: bool,
-    /// The downstream's time of the newest entry (the purge horizon is judged on it).
-    pub last_at_ms: i64,
 }
 
 /// A ledger entry as a finding's evidence shows it.
@@ -57,7 +55,6 @@ impl Ledger {
             if effects.order_no.is_empty() {
                 effects.order_no = entry.order_no.clone();
             }
-            effects.last_at_ms = effects.last_at_ms.max(entry.at_ms);
             match entry.kind {
                 LedgerKind::Apply => push_one(&mut effects.in_force, entry.effect_id.clone()),
                 LedgerKind::Undo => effects.in_force.retain(|id| id != &entry.effect_id),

@@ -64,8 +64,7 @@ pub async fn run(config: RecoveryConfig, shutdown: CancellationToken) -> Result<
     );
     let owner = worker.owner().to_owned();
     let actor = format!("recovery:{owner}");
-    let horizon = config.purge.horizon();
-    let reconciler = Reconciler::new(store.clone(), downstreams, config.reconcile.clone(), horizon, actor);
+    let reconciler = Reconciler::new(store.clone(), downstreams, config.reconcile.clone(), actor);
     telemetry::observe(&worker.stats());
     midflight_driver::telemetry::observe_store(&store);
     // The table is sampled only for someone who reads metrics: off by default, it costs no query.

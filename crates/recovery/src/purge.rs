@@ -1,7 +1,8 @@
 //! Deleting finished sagas past the horizon of [`PurgeSection`], a batch (one transaction) at a
 //! time: full batches follow each other `pause_ms` apart until one comes back short, then the
-//! purge waits `interval_ms`. Several workers may purge at once; a row one of them deleted is
-//! simply not found by the others.
+//! purge waits `interval_ms`. Several workers may purge at once, but they pick the same oldest
+//! candidates: when two take the same batch, one deletes it and the other's is rolled back
+//! (it deleted nothing) and waits `interval_ms`, so in effect one worker purges at a time.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -24,7 +25,8 @@ pub(crate) async fn purge_periodically(
     let Some(horizon) = section.horizon() else { return };
     let older_than_ms = i64::try_from(horizon.as_millis()).unwrap_or(i64::MAX);
     tracing::info!(after_hours = section.after_hours, "purging finished sagas past the horizon");
-    let mut pause = Duration::from_millis(section.interval_ms);
+    // The first batch comes soon after start: a backlog is worked off from the start.
+    let mut pause = Duration::from_millis(section.pause_ms);
     let mut round = Purged::default();
     loop {
         tokio::select! {
@@ -41,6 +43,9 @@ pub(crate) async fn purge_periodically(
                 stats.purged_transitions.fetch_add(purged.transitions, Ordering::Relaxed);
                 stats.purged_outbox.fetch_add(purged.outbox, Ordering::Relaxed);
                 round += purged;
+                if purged.rolled_back > 0 {
+                    tracing::debug!("purge batch rolled back: another purger took its sagas, or one of them changed");
+                }
                 purged.sagas >= section.batch_rows
             }
             Err(error) => {

@@ -10,13 +10,13 @@
 //! only judged on what is never right (two effects in force), so a pass racing live traffic
 //! reports nothing that is merely in flight.
 //!
-//! With purging on, sagas past the purge horizon are gone from the table while their effects
-//! stay in the ledgers. An unowned effect whose newest entry is older than the horizon (less
-//! [`HORIZON_SLACK`]) is counted as past the horizon, not called an orphan: its saga may have
-//! been purged. An orphan is reported by every pass until then, so one past the horizon had
-//! its ticket long before.
+//! A purged saga is gone from the table while its effects stay in the ledgers. Its business
+//! row is never purged, though, and request ids derive from biz_ids: an effect no saga row
+//! owns, under a request id derived from the biz_id of a business row of its order, belongs to
+//! a purged saga. It is counted (`owned_by_purged`), not called an orphan. This holds whatever
+//! the purge's horizon is or was, and for a `sagactl reconcile` that knows nothing of it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
 
 use midflight_api::client::Downstreams;
@@ -27,12 +27,6 @@ use serde::Serialize;
 use crate::Error;
 use crate::config::ReconcileSection;
 use crate::ledger::{Effects, Evidence, FindingKind, Ledger, classify, fingerprint};
-
-/// How much newer than the purge horizon an unowned effect must be to be called an orphan.
-/// A purged saga's effects are older than its last write, which is older than the horizon;
-/// the slack covers a downstream clock ahead of the database's and a purge that deleted the
-/// saga while this pass was running.
-pub const HORIZON_SLACK: Duration = Duration::from_secs(3_600);
 
 /// A mismatch found by a pass, and what became of its ticket.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -63,8 +57,8 @@ pub struct Report {
     pub double_effects: u64,
     pub missing_effects: u64,
     pub effects_after_rollback: u64,
-    /// Unowned effects older than the purge horizon: not findings (their saga may be purged).
-    pub past_horizon: u64,
+    /// Effects in force of sagas purged since (their business row names them): not findings.
+    pub owned_by_purged: u64,
     pub tickets_opened: u64,
     pub tickets_reopened: u64,
     pub tickets_already_open: u64,
@@ -111,8 +105,6 @@ pub struct Reconciler {
     store: Store,
     downstreams: Downstreams,
     section: ReconcileSection,
-    /// The purge horizon in milliseconds, when purging is on.
-    horizon_ms: Option<i64>,
     actor: String,
 }
 
@@ -124,17 +116,9 @@ struct Pass {
 }
 
 impl Reconciler {
-    /// `actor` names who opens the tickets (e.g. `recovery:<owner>` or `operator:<name>`);
-    /// `horizon` is the purge's (`PurgeSection::horizon`), `None` when purging is off.
-    pub fn new(
-        store: Store,
-        downstreams: Downstreams,
-        section: ReconcileSection,
-        horizon: Option<Duration>,
-        actor: String,
-    ) -> Reconciler {
-        let horizon_ms = horizon.map(|h| i64::try_from(h.as_millis()).unwrap_or(i64::MAX));
-        Reconciler { store, downstreams, section, horizon_ms, actor }
+    /// `actor` names who opens the tickets (e.g. `recovery:<owner>` or `operator:<name>`).
+    pub fn new(store: Store, downstreams: Downstreams, section: ReconcileSection, actor: String) -> Reconciler {
+        Reconciler { store, downstreams, section, actor }
     }
 
     /// One full pass. Fails (opening no further tickets) when a ledger cannot be read whole.
@@ -160,7 +144,7 @@ impl Reconciler {
             sagas = report.sagas_checked,
             wms_entries = report.wms_entries,
             logistics_entries = report.logistics_entries,
-            past_horizon = report.past_horizon,
+            owned_by_purged = report.owned_by_purged,
             ledger_heap_mib,
             "reconciliation finished"
         );
@@ -234,22 +218,50 @@ impl Reconciler {
             return Ok(());
         }
         let late = self.store.owners_of(step, &unowned).await?;
-        let slack_ms = i64::try_from(HORIZON_SLACK.as_millis()).unwrap_or(i64::MAX);
-        let horizon_at_ms =
-            self.horizon_ms.map(|h| pass.report.started_at_ms.saturating_sub(h).saturating_add(slack_ms));
+        let purged = self.purged_owners(pass, step, &unowned, &late).await?;
         for request_id in unowned {
             let owner = late.iter().find(|saga| saga.request_id(step) == request_id);
-            let effects = pass.ledger(step).by_request.get(&request_id).cloned().unwrap_or_default();
-            if owner.is_none() && horizon_at_ms.is_some_and(|at_ms| effects.last_at_ms < at_ms) {
-                pass.report.past_horizon += 1;
+            if owner.is_none() && purged.contains(&request_id) {
+                pass.report.owned_by_purged += 1;
                 continue;
             }
+            let effects = pass.ledger(step).by_request.get(&request_id).cloned().unwrap_or_default();
             // A late owner changed after the ledgers were read: not settled.
             let Some(kind) = classify(owner.map(|saga| saga.status), false, effects.in_force.len()) else { continue };
             let biz_id = owner.map(|saga| saga.biz_id.clone());
             self.report(pass, kind, step, &request_id, &effects, biz_id.as_deref()).await?;
         }
         Ok(())
+    }
+
+    /// Of `unowned` request ids without a saga row (`late` holds those found), the ones derived
+    /// from the biz_id of a business row of their order: effects of sagas purged since.
+    async fn purged_owners(
+        &self,
+        pass: &Pass,
+        step: Step,
+        unowned: &[String],
+        late: &[midflight_model::Saga],
+    ) -> Result<HashSet<String>, Error> {
+        let ownerless: Vec<&String> =
+            unowned.iter().filter(|id| !late.iter().any(|saga| saga.request_id(step) == id.as_str())).collect();
+        let order_nos: BTreeSet<String> = ownerless
+            .iter()
+            .filter_map(|id| pass.ledger(step).by_request.get(id.as_str()))
+            .map(|effects| effects.order_no.clone())
+            .collect();
+        if order_nos.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let order_nos: Vec<String> = order_nos.into_iter().collect();
+        let derived: HashSet<String> = self
+            .store
+            .order_biz_ids(&order_nos)
+            .await?
+            .iter()
+            .map(|biz_id| midflight_model::request_id(biz_id, step))
+            .collect();
+        Ok(ownerless.into_iter().filter(|id| derived.contains(id.as_str())).cloned().collect())
     }
 
     async fn report(

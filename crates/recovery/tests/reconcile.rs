@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -13,14 +12,14 @@ use midflight_api::client::Downstreams;
 use midflight_driver::Outcome;
 use midflight_model::{Call, Observation, Saga, Source, Status, Step, WmsAnswer, request_id};
 use midflight_recovery::{FindingKind, ReconcileSection, Reconciler, Report};
-use midflight_stack::{Faults, ManualClock, MockDownstreams, MockOptions};
-use midflight_store::testing::{TestDb, age};
+use midflight_stack::{Faults, MockDownstreams, MockOptions};
+use midflight_store::testing::{TestDb, age, execute};
 use midflight_store::{Store, TicketState, WMS_LEDGER_STEP, both_engines};
 
 fn reconciler(store: &Store, client: Downstreams) -> Reconciler {
     // Small pages, so the paging of both the ledgers and the table is exercised.
     let section = ReconcileSection { ledger_page_entries: 3, table_page_rows: 2, ..ReconcileSection::default() };
-    Reconciler::new(store.clone(), client, section, None, "recovery:test".to_owned())
+    Reconciler::new(store.clone(), client, section, "recovery:test".to_owned())
 }
 
 async fn drive_to_end(store: &Store, client: &Downstreams, order_no: &str, region: &str, offset: i64) -> Saga {
@@ -104,48 +103,52 @@ async fn ledger_too_large_is_an_error(db: &TestDb) {
         drive_to_end(&db.store, &client, &format!("O-{i}"), "CN-ZJ", i + 1).await;
     }
     let section = ReconcileSection { ledger_entries_max: 2, ..ReconcileSection::default() };
-    let error = Reconciler::new(db.store.clone(), client, section, None, "test".into()).run_once().await;
+    let error = Reconciler::new(db.store.clone(), client, section, "test".into()).run_once().await;
     let error = error.expect_err("a ledger over the limit is not reconciled in part");
     assert!(error.to_string().contains("ledger_entries_max"), "{error}");
     assert_eq!(db.store.open_ticket_count().await.expect("count"), 0);
 }
 both_engines!(reconcile_refuses_an_oversized_ledger, ledger_too_large_is_an_error);
 
-/// With purging on, the effects of sagas purged past the horizon are not orphans, and an
-/// orphan inside the horizon still is. Without the horizon, the purged sagas' effects are
-/// orphans (what the reconciler would report if it did not know about the purge).
-async fn purged_sagas_effects_are_past_the_horizon(db: &TestDb) {
+/// The effects of purged sagas are not orphans (their business rows name them), whatever
+/// the purge's horizon; an effect no saga ever owned still is, and so is one whose saga's
+/// business row is gone too.
+async fn purged_sagas_effects_are_owned_by_purged_sagas(db: &TestDb) {
     const HOUR_MS: i64 = 3_600_000;
-    let now = db.store.now_ms().await.expect("clock");
-    let clock = Arc::new(ManualClock::new(now - 72 * HOUR_MS));
-    let mocks = MockDownstreams::start(MockOptions { clock: Some(clock.clone()), ..MockOptions::default() }).await;
+    let mocks = MockDownstreams::start(MockOptions::default()).await;
     let client = mocks.client();
+    let mut purged = Vec::new();
     for (i, order_no) in ["O-OLD-0", "O-OLD-1"].into_iter().enumerate() {
         let done = drive_to_end(&db.store, &client, order_no, "CN-ZJ", i as i64 + 1).await;
         assert_eq!(done.status, Status::Done);
         age(&db.store, &done.biz_id, Status::Done, 72 * HOUR_MS).await;
+        purged.push(done);
     }
-    let purged = db.store.purge_finished(48 * HOUR_MS, 500).await.expect("purge");
-    assert_eq!(purged.sagas, 2, "{purged:?}");
+    let rolled_back = drive_to_end(&db.store, &client, "O-OLD-XX", "XX", 3).await;
+    assert_eq!(rolled_back.status, Status::RolledBack);
+    age(&db.store, &rolled_back.biz_id, Status::RolledBack, 72 * HOUR_MS).await;
+    // Notifications published, so nothing holds the DONE sagas back.
+    execute(&db.store, "UPDATE outbox SET published_at_ms = 1").await;
+    let deleted = db.store.purge_finished(48 * HOUR_MS, 500).await.expect("purge");
+    assert_eq!(deleted.sagas, 3, "{deleted:?}");
 
-    clock.set(now);
-    let recent = drive_to_end(&db.store, &client, "O-NEW", "CN-ZJ", 3).await;
+    let recent = drive_to_end(&db.store, &client, "O-NEW", "CN-ZJ", 4).await;
     assert_eq!(recent.status, Status::Done);
+    let now = db.store.now_ms().await.expect("clock");
     let source = Source { topic: "orders".into(), partition: 0, offset: 99 };
     let ghost = Saga::received(&event("GHOST", "PAID", "CN-ZJ"), source, now, now + 60_000);
     let answer = client.call(Call::LockStock, &ghost, Duration::from_secs(5)).await;
     assert_eq!(answer, Observation::Wms(WmsAnswer::Locked));
 
-    let horizon = Some(Duration::from_secs(48 * 3_600));
-    let section = ReconcileSection::default();
-    let with = Reconciler::new(db.store.clone(), client.clone(), section.clone(), horizon, "test".into());
-    let report = with.run_once().await.expect("reconcile");
-    // Two purged sagas, each a lock and a shipment in force.
-    assert_eq!((report.orphans, report.past_horizon, report.findings_total()), (1, 4, 1), "{report:#?}");
+    let report = reconciler(&db.store, client.clone()).run_once().await.expect("reconcile");
+    // Two purged DONE sagas, each a lock and a shipment in force; the rolled-back one has none.
+    assert_eq!((report.orphans, report.owned_by_purged, report.findings_total()), (1, 4, 1), "{report:#?}");
     assert_eq!(report.findings[0].request_id, request_id(&ghost.biz_id, Step::Wms));
 
-    let without = Reconciler::new(db.store.clone(), client, section, None, "test".into());
-    let report = without.run_once().await.expect("reconcile");
-    assert_eq!((report.orphans, report.past_horizon), (5, 0), "{report:#?}");
+    // Without its business row, a purged saga's effects are orphans like any other.
+    let sql = format!("DELETE FROM orders WHERE biz_id = '{}'", purged[0].biz_id);
+    assert_eq!(execute(&db.store, &sql).await, 1);
+    let report = reconciler(&db.store, client).run_once().await.expect("reconcile");
+    assert_eq!((report.orphans, report.owned_by_purged), (3, 2), "{report:#?}");
 }
-both_engines!(purged_sagas_are_not_orphans, purged_sagas_effects_are_past_the_horizon);
+both_engines!(purged_sagas_are_not_orphans, purged_sagas_effects_are_owned_by_purged_sagas);

@@ -15,7 +15,7 @@ use midflight_model::{Status, Step, request_id};
 use midflight_recovery::{PurgeSection, RecoveryConfig, Worker};
 use midflight_stack::{MethodFaults, MockDownstreams, MockOptions, fault};
 use midflight_store::both_engines;
-use midflight_store::testing::{TestDb, age, drive_to_done, until};
+use midflight_store::testing::{TestDb, age, drive_to_done, execute, until};
 use tokio_util::sync::CancellationToken;
 
 fn config(db: &TestDb, mocks: &MockDownstreams) -> RecoveryConfig {
@@ -122,7 +122,7 @@ async fn shutdown_leaves_sagas_at_a_durable_point(db: &TestDb) {
 both_engines!(shutdown_releases_leases, shutdown_leaves_sagas_at_a_durable_point);
 
 /// With purging on, the service deletes finished sagas past the horizon, batch after batch
-/// (seven in batches of two), and keeps the recent one.
+/// (seven in batches of two, one right after the other), and keeps the recent one.
 async fn purge_runs_through_the_backlog(db: &TestDb) {
     const HOUR_MS: i64 = 3_600_000;
     let mocks = MockDownstreams::start(MockOptions::default()).await;
@@ -130,12 +130,14 @@ async fn purge_runs_through_the_backlog(db: &TestDb) {
     let sagas = arrive(&db.store, &events, 1, 60_000).await;
     for (i, saga) in sagas.iter().enumerate() {
         let done = drive_to_done(&db.store, saga.clone(), "consumer:dead-consumer", 60_000).await;
+        execute(&db.store, "UPDATE outbox SET published_at_ms = 1").await;
         if i < 7 {
             age(&db.store, &done.biz_id, Status::Done, 25 * HOUR_MS).await;
         }
     }
     let mut config = config(db, &mocks);
-    config.purge = PurgeSection { after_hours: 24, batch_rows: 2, pause_ms: 1, interval_ms: 20 };
+    // An hour after a short batch: the test ends only if full batches follow each other at once.
+    config.purge = PurgeSection { after_hours: 24, batch_rows: 2, pause_ms: 1, interval_ms: 3_600_000 };
     let shutdown = CancellationToken::new();
     let service = tokio::spawn(midflight_recovery::run(config, shutdown.clone()));
     until("the old sagas are purged", || async { db.store.page("", 10).await.expect("page").len() == 1 }).await;

@@ -6,7 +6,9 @@
 //! the columns a ledger comparison needs, not the payload, so a full pass stays cheap.
 
 use midflight_model::{Saga, Status, Step};
-use sea_orm::{ColumnTrait, EntityTrait, FromQueryResult, QueryFilter, QueryOrder, QuerySelect};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, QueryFilter, QueryOrder, QuerySelect, Statement, Value,
+};
 use serde::Serialize;
 
 use crate::entity::saga;
@@ -67,6 +69,30 @@ impl Store {
                 .during(operation, None)?;
             for model in rows {
                 out.push(row::to_saga(model)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The biz_ids of the business rows of `order_nos` (any number; looked up in batches of
+    /// [`BATCH_ROWS_MAX`] through `orders_order_no`). Business rows are never purged, so they
+    /// name every saga that reached its first step, its row purged or not: the reconciler
+    /// derives their request ids to tell a purged saga's effects from orphans.
+    pub async fn order_biz_ids(&self, order_nos: &[String]) -> Result<Vec<String>, Error> {
+        let mut out = Vec::new();
+        for batch in order_nos.chunks(BATCH_ROWS_MAX) {
+            let batch = dialect::padded(batch.to_vec());
+            let sql = format!(
+                "SELECT biz_id FROM {} WHERE order_no IN ({})",
+                dialect::through_index(self.backend, "orders", "orders_order_no"),
+                dialect::placeholders(batch.len())
+            );
+            let statement = Statement::from_sql_and_values(self.backend, sql, batch.into_iter().map(Value::from));
+            let operation = "look business rows up by order number";
+            let rows =
+                self.patiently(operation, || self.db.query_all_raw(statement.clone())).await.during(operation, None)?;
+            for row in rows {
+                out.push(row.try_get::<String>("", "biz_id").during(operation, None)?);
             }
         }
         Ok(out)

@@ -3,16 +3,17 @@
 //!
 //! What may go: sagas that are DONE or ROLLED_BACK (no transition leaves either, so a row seen
 //! finished stays finished) and were last written longer ago than the caller's horizon by the
-//! database clock, with their transition-log rows and their outbox row once it is published.
-//! What stays: sagas that need a person (MANUAL_REVIEW, PARKED), tickets (the evidence of what a
-//! person decided), an outbox row not yet published, and the business `orders` rows, which are
-//! the business's own records.
+//! database clock, with their transition-log rows and their outbox row, unless the saga has an
+//! open ticket or an outbox row not yet published (those wait). What stays: sagas that need a
+//! person (MANUAL_REVIEW, PARKED), tickets (the evidence of what a person decided), and the
+//! business `orders` rows, which are the business's own records (and tell the reconciler
+//! which request ids belonged to a purged saga).
 //!
 //! The row is what turns a redelivered message into a no-op, so a message that can still be
 //! read from the topic must find its row: the horizon has to be longer than the oldest message
 //! the topic can hand out (the caller's configuration says how that is chosen).
 
-use sea_orm::{ConnectionTrait, DatabaseTransaction, Statement, Value};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, IsolationLevel, Statement, TransactionTrait, Value};
 
 use crate::error::{Context, Error};
 use crate::{BATCH_ROWS_MAX, Store, dialect};
@@ -23,6 +24,9 @@ pub struct Purged {
     pub sagas: u64,
     pub transitions: u64,
     pub outbox: u64,
+    /// Batches rolled back because a listed saga no longer qualified when it was deleted
+    /// (another purger deleted it first, or it was opened a ticket): nothing of them deleted.
+    pub rolled_back: u64,
 }
 
 impl std::ops::AddAssign for Purged {
@@ -30,23 +34,31 @@ impl std::ops::AddAssign for Purged {
         self.sagas += other.sagas;
         self.transitions += other.transitions;
         self.outbox += other.outbox;
+        self.rolled_back += other.rolled_back;
     }
 }
 
-/// The statuses a purge deletes.
-const PURGED: &str = "'DONE', 'ROLLED_BACK'";
+/// What makes the saga row `alias` purgeable, its one parameter the horizon in milliseconds:
+/// finished, last written before the horizon, no open ticket, no notification still to publish.
+fn purgeable(backend: sea_orm::DbBackend, alias: &str) -> String {
+    format!(
+        "{alias}.status IN ('DONE', 'ROLLED_BACK') AND {alias}.updated_at_ms < {now} - ? \
+         AND NOT EXISTS (SELECT 1 FROM manual_ticket m WHERE m.biz_id = {alias}.biz_id AND m.state = 'OPEN') \
+         AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.biz_id = {alias}.biz_id AND o.published_at_ms IS NULL)",
+        now = dialect::now_ms(backend)
+    )
+}
 
 impl Store {
     /// Deletes up to `limit` (at most [`BATCH_ROWS_MAX`]) sagas finished more than
-    /// `older_than_ms` ago, with their transition-log rows and published outbox rows, in one
-    /// transaction. Returns what it deleted; fewer sagas than `limit` means none older are left
-    /// (or another purger took some).
+    /// `older_than_ms` ago, with their transition-log and outbox rows, in one transaction.
+    /// Returns what it deleted; fewer sagas than `limit` means none older are left, or the
+    /// batch was rolled back ([`Purged::rolled_back`]).
     ///
     /// The candidates are found through `saga_recovery` (status, then `lease_until_ms`, which a
     /// finished row's last write set at most one lease after its `updated_at_ms`), so the
     /// search reads the old finished rows only, and a row goes at most one lease later than
-    /// its horizon. The deletes name rows by primary key and lock only those: rows nobody
-    /// else writes (finished sagas, their log, published outbox rows).
+    /// its horizon. See [`Store::purge_listed`] for the deletes.
     pub async fn purge_finished(&self, older_than_ms: i64, limit: u64) -> Result<Purged, Error> {
         let limit = limit.clamp(1, BATCH_ROWS_MAX as u64);
         let operation = "find finished sagas to purge";
@@ -57,24 +69,47 @@ impl Store {
         );
         let rows =
             self.patiently(operation, || self.db.query_all_raw(statement.clone())).await.during(operation, None)?;
-        let mut ids = rows
+        let ids = rows
             .iter()
             .map(|row| row.try_get::<String>("", "biz_id"))
             .collect::<Result<Vec<_>, _>>()
             .during(operation, None)?;
+        self.purge_listed(older_than_ms, ids).await
+    }
+
+    /// Deletes the sagas `ids` with their log and outbox rows if every one of them still
+    /// qualifies when it is deleted; otherwise rolls back, deleting nothing. So a saga's log
+    /// goes only in the transaction that deleted the saga, never beside a row another purger
+    /// deleted first and a redelivered message opened again.
+    ///
+    /// On MySQL the transaction runs at READ COMMITTED: its deletes lock the rows they delete
+    /// and no gaps, so an insert of another saga or log row next to them (the consumer's inbox,
+    /// a transition's log row) never waits on a purge, even one frozen mid-batch. The rows they
+    /// delete are finished sagas, their log and published outbox rows, which nobody else writes.
+    async fn purge_listed(&self, older_than_ms: i64, mut ids: Vec<String>) -> Result<Purged, Error> {
+        // Primary-key order, so two purgers lock shared rows in the same order.
+        ids.sort_unstable();
+        ids.dedup();
         if ids.is_empty() {
             return Ok(Purged::default());
         }
-        // Primary-key order, so two purgers lock shared rows in the same order.
-        ids.sort_unstable();
+        let distinct = ids.len() as u64;
         let ids = dialect::padded(ids);
-        let txn = self.begin("begin purge", None).await?;
-        let now = dialect::now_ms(self.backend);
-        let finished = format!("t.status IN ({PURGED}) AND t.updated_at_ms < {now} - ?");
+        let isolation = (self.backend == sea_orm::DbBackend::MySql).then_some(IsolationLevel::ReadCommitted);
+        let operation = "begin purge";
+        let txn =
+            self.patiently(operation, || self.db.begin_with_config(isolation, None)).await.during(operation, None)?;
+        let sagas = self.delete_listed(&txn, "saga", &purgeable(self.backend, "t"), Some(older_than_ms), &ids).await?;
+        if sagas < distinct {
+            txn.rollback().await.during("roll back purge", None)?;
+            tracing::debug!(listed = distinct, qualified = sagas, "purge batch rolled back: a listed saga changed");
+            return Ok(Purged { rolled_back: 1, ..Purged::default() });
+        }
         let purged = Purged {
-            sagas: self.delete_listed(&txn, "saga", &finished, Some(older_than_ms), &ids).await?,
+            sagas,
             transitions: self.delete_listed(&txn, "saga_transition", "", None, &ids).await?,
-            outbox: self.delete_listed(&txn, "outbox", "t.published_at_ms IS NOT NULL", None, &ids).await?,
+            outbox: self.delete_listed(&txn, "outbox", "", None, &ids).await?,
+            rolled_back: 0,
         };
         txn.commit().await.during("commit purge", None)?;
         self.stats.write_committed();
@@ -108,9 +143,9 @@ impl Store {
 /// On MySQL the rows are named by a join from the list to the table's primary key, in that
 /// order. A `DELETE ... WHERE biz_id IN (...)` takes no index hint (single-table form), and
 /// MariaDB ignored one in the one-table multi-table form, planning a scan of a small table
-/// (seen with EXPLAIN on 10.11); under REPEATABLE READ a scanning DELETE locks every row it
-/// reads until commit, rows of sagas in flight included, and the consumer's group transactions
-/// would wait on it or deadlock with it. The join reads (and locks) only the rows it names.
+/// (seen with EXPLAIN on 10.11); a scanning DELETE reads every row, waits on each one another
+/// transaction holds (rows of sagas in flight included) and, under REPEATABLE READ, keeps them
+/// all locked until commit. The join reads (and locks) only the rows it names.
 fn delete_listed_sql(backend: sea_orm::DbBackend, table: &str, condition: &str, n: usize) -> String {
     let and = |prefix: &str| if condition.is_empty() { String::new() } else { format!(" {prefix} {condition}") };
     match backend {
@@ -124,11 +159,11 @@ fn delete_listed_sql(backend: sea_orm::DbBackend, table: &str, condition: &str, 
 }
 
 fn candidates_sql(backend: sea_orm::DbBackend) -> String {
-    let now = dialect::now_ms(backend);
+    let hint = if backend == sea_orm::DbBackend::MySql { " FORCE INDEX (saga_recovery)" } else { "" };
     format!(
-        "SELECT biz_id FROM {} WHERE status IN ({PURGED}) AND lease_until_ms < {now} - ? AND updated_at_ms < {now} - ? \
-         LIMIT ?",
-        dialect::through_index(backend, "saga", "saga_recovery")
+        "SELECT s.biz_id FROM saga AS s{hint} WHERE s.lease_until_ms < {} - ? AND {} LIMIT ?",
+        dialect::now_ms(backend),
+        purgeable(backend, "s")
     )
 }
 
@@ -139,6 +174,7 @@ mod tests {
 
     use super::Purged;
     use crate::testing::{TestDb, age, drive_to_done, order_event, plan_of};
+    use crate::{FindingTicket, WMS_LEDGER_STEP};
 
     const HOUR_MS: i64 = 3_600_000;
 
@@ -161,57 +197,88 @@ mod tests {
         row.expect("a row").try_get_by_index::<i64>(0).expect("count column")
     }
 
-    /// Old DONE and ROLLED_BACK sagas go with their log and their published outbox row; recent
-    /// ones, unfinished ones and ones that need a person stay, and so does an unpublished
-    /// outbox row. The search goes through `saga_recovery` and the deletes through the primary
-    /// key.
+    /// Old DONE and ROLLED_BACK sagas go with their log and outbox rows, a batch at a time (the
+    /// first one's list padded); recent ones, unfinished ones, ones that need a person, ones
+    /// with an open ticket and ones whose notification is unpublished stay. A batch listing a
+    /// saga that does not qualify when it is deleted (each clause of the condition in turn) is
+    /// rolled back whole. The search goes through `saga_recovery` and, on MySQL, the deletes
+    /// through the primary key.
     async fn purges_only_old_finished_sagas(db: &TestDb) {
         let store = &db.store;
-        let names =
-            ["OLD-DONE", "OLD-DONE-UNPUBLISHED", "NEW-DONE", "OLD-BACK", "OLD-REVIEW", "OLD-PARKED", "OLD-OPEN"];
+        let names = [
+            "OLD-DONE-1",
+            "OLD-DONE-2",
+            "OLD-DONE-3",
+            "OLD-BACK",
+            "OLD-DONE-UNPUBLISHED",
+            "OLD-DONE-TICKET",
+            "NEW-DONE",
+            "OLD-REVIEW",
+            "OLD-PARKED",
+            "OLD-OPEN",
+        ];
         let sagas = arrive(store, &names).await;
-        let mut done = Vec::new();
-        for saga in &sagas[..3] {
-            done.push(drive_to_done(store, saga.clone(), "consumer:c1", 30_000).await);
+        let ids: Vec<String> = sagas.iter().map(|s| s.biz_id.clone()).collect();
+        for i in [0, 1, 2, 4, 5, 6] {
+            drive_to_done(store, sagas[i].clone(), "consumer:c1", 30_000).await;
         }
-        let publish = "UPDATE outbox SET published_at_ms = 1 WHERE biz_id IN (?, ?)";
-        let values: Vec<Value> = vec![done[0].biz_id.clone().into(), done[2].biz_id.clone().into()];
-        store.db.execute_raw(Statement::from_sql_and_values(store.backend, publish, values)).await.expect("publish");
-        for (saga, status) in [
-            (&sagas[0], Status::Done),
-            (&sagas[1], Status::Done),
-            (&sagas[3], Status::RolledBack),
-            (&sagas[4], Status::ManualReview),
-            (&sagas[5], Status::Parked),
-            (&sagas[6], Status::WmsRequested),
-        ] {
-            age(store, &saga.biz_id, status, 49 * HOUR_MS).await;
+        let publish = "UPDATE outbox SET published_at_ms = 1 WHERE biz_id <> ?";
+        let statement = Statement::from_sql_and_values(store.backend, publish, [Value::from(ids[4].clone())]);
+        store.db.execute_raw(statement).await.expect("publish");
+        let ticket = FindingTicket {
+            key: ids[5].clone(),
+            step: WMS_LEDGER_STEP,
+            reason: "a person looks at it".into(),
+            fingerprint: "test".into(),
+            evidence: serde_json::json!({}),
+        };
+        store.open_finding_ticket(&ticket, "test").await.expect("ticket");
+        let statuses = [
+            (0, Status::Done),
+            (1, Status::Done),
+            (2, Status::Done),
+            (3, Status::RolledBack),
+            (4, Status::Done),
+            (5, Status::Done),
+            (7, Status::ManualReview),
+            (8, Status::Parked),
+            (9, Status::WmsRequested),
+        ];
+        for (i, status) in statuses {
+            age(store, &ids[i], status, 49 * HOUR_MS).await;
         }
         let transitions_before = count(store, "SELECT COUNT(*) FROM saga_transition").await;
-        let of = |biz_id: &str| format!("SELECT COUNT(*) FROM saga_transition WHERE biz_id = '{biz_id}'");
-        let purged_log = count(store, &of(&sagas[0].biz_id)).await
-            + count(store, &of(&sagas[1].biz_id)).await
-            + count(store, &of(&sagas[3].biz_id)).await;
+        let mut purged_log = 0;
+        for id in &ids[..4] {
+            purged_log += count(store, &format!("SELECT COUNT(*) FROM saga_transition WHERE biz_id = '{id}'")).await;
+        }
 
-        let first = store.purge_finished(48 * HOUR_MS, 2).await.expect("purge");
-        let second = store.purge_finished(48 * HOUR_MS, 2).await.expect("purge");
-        let third = store.purge_finished(48 * HOUR_MS, 2).await.expect("purge");
-        assert_eq!((first.sagas, second.sagas, third), (2, 1, Purged::default()), "two a batch, then the last");
+        // A list with one saga that does not qualify deletes nothing: too recent, unpublished,
+        // a ticket open, not finished.
+        for other in [6, 4, 5, 9] {
+            let listed = vec![ids[0].clone(), ids[other].clone()];
+            let purged = store.purge_listed(48 * HOUR_MS, listed).await.expect("purge");
+            assert_eq!(purged, Purged { rolled_back: 1, ..Purged::default() }, "{}", ids[other]);
+        }
+        assert_eq!(count(store, "SELECT COUNT(*) FROM saga").await, 10, "nothing deleted");
+
+        let first = store.purge_finished(48 * HOUR_MS, 3).await.expect("purge");
+        let second = store.purge_finished(48 * HOUR_MS, 3).await.expect("purge");
+        let third = store.purge_finished(48 * HOUR_MS, 3).await.expect("purge");
+        assert_eq!((first.sagas, second.sagas, third), (3, 1, Purged::default()), "three a batch, then the last");
         let mut all = first;
         all += second;
-        assert_eq!(all, Purged { sagas: 3, transitions: purged_log as u64, outbox: 1 });
+        assert_eq!(all, Purged { sagas: 4, transitions: purged_log as u64, outbox: 3, rolled_back: 0 });
 
         let left: Vec<String> = store.page("", 100).await.expect("page").into_iter().map(|s| s.biz_id).collect();
-        let mut kept: Vec<String> = [2, 4, 5, 6].iter().map(|&i| sagas[i].biz_id.clone()).collect();
+        let mut kept = ids[4..].to_vec();
         kept.sort();
-        assert_eq!(left, kept, "the recent DONE, MANUAL_REVIEW, PARKED and the unfinished one stay");
+        assert_eq!(left, kept, "only the four old finished sagas with nothing pending went");
         assert_eq!(count(store, "SELECT COUNT(*) FROM saga_transition").await, transitions_before - purged_log);
         let outbox: Vec<String> = store.outbox_rows().await.expect("outbox").into_iter().map(|(id, _)| id).collect();
-        assert_eq!(
-            outbox,
-            [done[2].biz_id.clone(), done[1].biz_id.clone()],
-            "the recent and the unpublished rows stay"
-        );
+        let mut expected = vec![ids[4].clone(), ids[5].clone(), ids[6].clone()];
+        expected.sort();
+        assert_eq!(outbox, expected, "the kept sagas' outbox rows stay");
 
         // A horizon longer than every row's age deletes nothing.
         assert_eq!(store.purge_finished(50 * HOUR_MS, 500).await.expect("purge"), Purged::default());
@@ -220,19 +287,33 @@ mod tests {
         let plan = plan_of(store, &super::candidates_sql(store.backend), values).await;
         assert!(plan.iter().any(|step| step.contains("saga_recovery")), "plan {plan:?} does not use saga_recovery");
         if store.backend == DbBackend::MySql {
+            let saga_condition = super::purgeable(store.backend, "t");
             for (table, condition, first) in [
-                ("saga", "t.status IN ('DONE') AND t.updated_at_ms < ?", Some(Value::from(1_i64))),
+                ("saga", saga_condition.as_str(), Some(Value::from(48 * HOUR_MS))),
                 ("saga_transition", "", None),
-                ("outbox", "t.published_at_ms IS NOT NULL", None),
+                ("outbox", "", None),
             ] {
-                let sql = super::delete_listed_sql(store.backend, table, condition, 2);
-                let mut values: Vec<Value> = kept[..2].iter().cloned().map(Value::from).collect();
+                // A padded list of four, as a batch of three sends.
+                let listed = [&kept[0], &kept[1], &kept[2], &kept[2]];
+                let sql = super::delete_listed_sql(store.backend, table, condition, listed.len());
+                let mut values: Vec<Value> = listed.iter().map(|id| Value::from((*id).clone())).collect();
                 values.extend(first);
-                let plan = plan_of(store, &sql, values).await;
-                let keys: Vec<&String> = plan.iter().filter(|key| !key.is_empty()).collect();
-                assert_eq!(keys, ["PRIMARY"], "{table}: plan {plan:?}");
+                let plan = mysql_plan(store, &sql, values).await;
+                let target = plan.iter().find(|(name, _, _)| name == "t").expect("a step for the table");
+                assert_eq!(target.1, "PRIMARY", "{table}: plan {plan:?}");
+                assert!(matches!(target.2.as_str(), "eq_ref" | "ref"), "{table}: plan {plan:?}");
             }
         }
     }
     crate::both_engines!(purge_keeps_what_it_must, purges_only_old_finished_sagas);
+
+    /// MySQL's plan of `sql`: (table, key, access type) of each step.
+    async fn mysql_plan(store: &crate::Store, sql: &str, values: Vec<Value>) -> Vec<(String, String, String)> {
+        let statement = Statement::from_sql_and_values(store.backend, format!("EXPLAIN {sql}"), values);
+        let rows = store.db.query_all_raw(statement).await.expect("explain");
+        let text = |row: &sea_orm::QueryResult, column: &str| {
+            row.try_get::<Option<String>>("", column).expect("plan column").unwrap_or_default()
+        };
+        rows.iter().map(|row| (text(row, "table"), text(row, "key"), text(row, "type"))).collect()
+    }
 }

@@ -98,6 +98,13 @@ pub async fn drive_all_to_done(store: &Store, sagas: &[Saga], batch: usize, in_f
     }
 }
 
+/// Runs `sql` (no parameters) on `store`, for tests that set a table up by hand; returns the
+/// rows it changed.
+pub async fn execute(store: &Store, sql: &str) -> u64 {
+    use sea_orm::{ConnectionTrait, Statement};
+    store.db.execute_raw(Statement::from_string(store.backend, sql)).await.expect(sql).rows_affected()
+}
+
 /// Sets `status` on a saga and moves its last write (and its lease, 30 s after it) `ago_ms`
 /// into the past by the database clock: how a test makes a saga old enough to purge.
 pub async fn age(store: &Store, biz_id: &str, status: midflight_model::Status, ago_ms: i64) {
