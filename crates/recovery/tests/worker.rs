@@ -30,6 +30,16 @@ fn config(db: &TestDb, mocks: &MockDownstreams) -> RecoveryConfig {
     }
 }
 
+/// Stops a service started with `run`, which must end within 10 s and without error.
+async fn stop(shutdown: CancellationToken, service: tokio::task::JoinHandle<Result<(), midflight_recovery::Error>>) {
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(10), service)
+        .await
+        .expect("the service stops on shutdown")
+        .expect("join")
+        .expect("the service ends without error");
+}
+
 async fn picks_up_a_saga_left_in_wms_requested(db: &TestDb) {
     let drop_all = MethodFaults { drop_response: 1.0, ..MethodFaults::default() };
     let mocks =
@@ -46,12 +56,7 @@ async fn picks_up_a_saga_left_in_wms_requested(db: &TestDb) {
     let service = tokio::spawn(midflight_recovery::run(config(db, &mocks), shutdown.clone()));
     let statuses = all_terminal(&db.store, std::slice::from_ref(&saga.biz_id), Duration::from_secs(20)).await;
     assert_eq!(statuses, vec![Status::Done]);
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(10), service)
-        .await
-        .expect("the service stops on shutdown")
-        .expect("join")
-        .expect("the service ends without error");
+    stop(shutdown, service).await;
 
     let (wms, logistics) = ledgers(&mocks.client()).await;
     let kinds: Vec<LedgerKind> = wms.iter().map(|e| e.kind).collect();
@@ -141,12 +146,7 @@ async fn purge_runs_through_the_backlog(db: &TestDb) {
     let shutdown = CancellationToken::new();
     let service = tokio::spawn(midflight_recovery::run(config, shutdown.clone()));
     until("the old sagas are purged", || async { db.store.page("", 10).await.expect("page").len() == 1 }).await;
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(10), service)
-        .await
-        .expect("the service stops on shutdown")
-        .expect("join")
-        .expect("the service ends without error");
+    stop(shutdown, service).await;
     let left = db.store.page("", 10).await.expect("page");
     assert_eq!(left[0].biz_id, sagas[7].biz_id, "the recent saga stays");
     assert!(db.store.transitions(&sagas[0].biz_id).await.expect("log").is_empty(), "its log went with it");
