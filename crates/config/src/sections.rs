@@ -141,14 +141,17 @@ pub struct DatabaseSection {
     /// moderate rate is a single transition paying a whole transaction's round trips alone.
     /// Every transition of a group may wait this long, so it adds up to this much per step.
     pub group_commit_linger_ms: u64,
-    /// MySQL and MariaDB: the server closes a session of ours that has sent nothing for this
-    /// long (its `wait_timeout`, set for each pooled connection, in whole seconds), with its
-    /// transaction and the row locks it holds. A transaction never waits on anything but its
-    /// own statements, so one idle this long belongs to a client that is gone: a process
-    /// frozen or cut off by the network mid-transaction, or a try abandoned at its deadline.
-    /// Without it the server waits out its own `wait_timeout` (8 hours by default) while every
-    /// write to those rows waits and fails. Idle pooled connections are pinged before use
-    /// after 30 s, so the server closing one costs nothing. 0 leaves the server's setting.
+    /// MySQL and MariaDB: the server ends a session of ours that has sent nothing for this long
+    /// inside a transaction (MariaDB's `idle_transaction_timeout`; MySQL has none, so there it
+    /// is `wait_timeout` and ends any session idle this long), rolling the transaction back
+    /// and releasing its row locks. Set for each pooled connection, in whole seconds. A
+    /// transaction never waits on anything but its own statements, so one idle this long
+    /// belongs to a client that is gone: a process frozen or cut off by the network
+    /// mid-transaction, or a try abandoned at its deadline. Without it the server waits out
+    /// its own `wait_timeout` (8 hours by default) while every write to those rows waits and
+    /// fails. On MySQL the server also ends idle pooled connections: they are pinged before
+    /// use after 30 s, so no operation fails, but the server logs an aborted connection and
+    /// the pool a warning. 0 leaves the server's settings.
     pub session_idle_timeout_ms: u64,
 }
 

@@ -72,8 +72,9 @@ pub struct RecoverySection {
 /// its `segment.ms` (a segment is deleted whole, once its newest message is past retention),
 /// plus the longest time the consumers may be behind. A message read after its saga was purged
 /// is processed again, with every external effect. Sagas with an open ticket or an unpublished
-/// notification wait; the reconciler tells a purged saga's effects from orphans by the
-/// business rows, which are kept.
+/// notification wait; the reconciler judges a purged saga's effects by its business row, which
+/// is kept. On MySQL a purge batch runs at READ COMMITTED, which needs the binlog, if on, in
+/// ROW or MIXED format (the defaults).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PurgeSection {
@@ -84,7 +85,7 @@ pub struct PurgeSection {
     pub batch_rows: u64,
     /// Pause after a full batch, leaving the database to the hot path between batches: a
     /// backlog is worked through at about `batch_rows` per batch time plus this (500 every
-    /// 80 ms, 6,300 sagas a second, on the MariaDB of BENCHMARKS.md, Purge).
+    /// 80-86 ms, about 6,000 sagas a second, on the MariaDB of BENCHMARKS.md, Purge).
     pub pause_ms: u64,
     /// Pause after a batch that found fewer than `batch_rows`: the old rows are gone.
     pub interval_ms: u64,

@@ -42,10 +42,8 @@ pub(crate) async fn purge_periodically(
                 stats.purged_sagas.fetch_add(purged.sagas, Ordering::Relaxed);
                 stats.purged_transitions.fetch_add(purged.transitions, Ordering::Relaxed);
                 stats.purged_outbox.fetch_add(purged.outbox, Ordering::Relaxed);
+                stats.purge_rolled_back.fetch_add(purged.rolled_back, Ordering::Relaxed);
                 round += purged;
-                if purged.rolled_back > 0 {
-                    tracing::debug!("purge batch rolled back: another purger took its sagas, or one of them changed");
-                }
                 purged.sagas >= section.batch_rows
             }
             Err(error) => {

@@ -11,12 +11,14 @@
 //! reports nothing that is merely in flight.
 //!
 //! A purged saga is gone from the table while its effects stay in the ledgers. Its business
-//! row is never purged, though, and request ids derive from biz_ids: an effect no saga row
-//! owns, under a request id derived from the biz_id of a business row of its order, belongs to
-//! a purged saga. It is counted (`owned_by_purged`), not called an orphan. This holds whatever
-//! the purge's horizon is or was, and for a `sagactl reconcile` that knows nothing of it.
+//! row is never purged, though, and request ids derive from biz_ids: an effect under a request
+//! id derived from a business row whose saga row is gone is judged against that row's status
+//! (SHIPPED or FULFILLING as DONE, REVERSED as ROLLED_BACK), like a saga's; one effect of a
+//! shipped order is counted (`owned_by_purged`), not called an orphan, and two, or one after a
+//! reversal, are findings. This holds whatever the purge's horizon is or was, and for a
+//! `sagactl reconcile` that knows nothing of it.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use midflight_api::client::Downstreams;
@@ -57,7 +59,7 @@ pub struct Report {
     pub double_effects: u64,
     pub missing_effects: u64,
     pub effects_after_rollback: u64,
-    /// Effects in force of sagas purged since (their business row names them): not findings.
+    /// Effects in force of sagas purged since, as their business rows expect them: not findings.
     pub owned_by_purged: u64,
     pub tickets_opened: u64,
     pub tickets_reopened: u64,
@@ -221,11 +223,17 @@ impl Reconciler {
         let purged = self.purged_owners(pass, step, &unowned, &late).await?;
         for request_id in unowned {
             let owner = late.iter().find(|saga| saga.request_id(step) == request_id);
-            if owner.is_none() && purged.contains(&request_id) {
-                pass.report.owned_by_purged += 1;
+            let effects = pass.ledger(step).by_request.get(&request_id).cloned().unwrap_or_default();
+            if owner.is_none()
+                && let Some((biz_id, status)) = purged.get(&request_id)
+            {
+                // A purged saga finished long before the ledgers were read: settled.
+                match classify(Some(*status), true, effects.in_force.len()) {
+                    None => pass.report.owned_by_purged += 1,
+                    Some(kind) => self.report(pass, kind, step, &request_id, &effects, Some(biz_id)).await?,
+                }
                 continue;
             }
-            let effects = pass.ledger(step).by_request.get(&request_id).cloned().unwrap_or_default();
             // A late owner changed after the ledgers were read: not settled.
             let Some(kind) = classify(owner.map(|saga| saga.status), false, effects.in_force.len()) else { continue };
             let biz_id = owner.map(|saga| saga.biz_id.clone());
@@ -235,33 +243,35 @@ impl Reconciler {
     }
 
     /// Of `unowned` request ids without a saga row (`late` holds those found), the ones derived
-    /// from the biz_id of a business row of their order: effects of sagas purged since.
+    /// from a business row of their order whose saga was purged: its biz_id, and the status
+    /// its saga ended in as the business row tells it.
     async fn purged_owners(
         &self,
         pass: &Pass,
         step: Step,
         unowned: &[String],
         late: &[midflight_model::Saga],
-    ) -> Result<HashSet<String>, Error> {
-        let ownerless: Vec<&String> =
-            unowned.iter().filter(|id| !late.iter().any(|saga| saga.request_id(step) == id.as_str())).collect();
+    ) -> Result<HashMap<String, (String, Status)>, Error> {
+        let found: HashSet<String> = late.iter().map(|saga| saga.request_id(step)).collect();
+        let ownerless: HashSet<&str> =
+            unowned.iter().filter(|id| !found.contains(id.as_str())).map(String::as_str).collect();
         let order_nos: BTreeSet<String> = ownerless
             .iter()
-            .filter_map(|id| pass.ledger(step).by_request.get(id.as_str()))
+            .filter_map(|id| pass.ledger(step).by_request.get(*id))
             .map(|effects| effects.order_no.clone())
             .collect();
         if order_nos.is_empty() {
-            return Ok(HashSet::new());
+            return Ok(HashMap::new());
         }
         let order_nos: Vec<String> = order_nos.into_iter().collect();
-        let derived: HashSet<String> = self
-            .store
-            .order_biz_ids(&order_nos)
-            .await?
-            .iter()
-            .map(|biz_id| midflight_model::request_id(biz_id, step))
-            .collect();
-        Ok(ownerless.into_iter().filter(|id| derived.contains(id.as_str())).cloned().collect())
+        let mut derived: HashMap<String, (String, Status)> = HashMap::new();
+        for (biz_id, business_status) in self.store.purged_business_rows(&order_nos).await? {
+            // REVERSED: rolled back; SHIPPED, or FULFILLING (an operator closed it by hand): done.
+            let status = if business_status == "REVERSED" { Status::RolledBack } else { Status::Done };
+            derived.insert(midflight_model::request_id(&biz_id, step), (biz_id, status));
+        }
+        derived.retain(|id, _| ownerless.contains(id.as_str()));
+        Ok(derived)
     }
 
     async fn report(

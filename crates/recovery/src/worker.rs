@@ -54,11 +54,13 @@ pub struct Stats {
     pub lost: AtomicU64,
     pub stopped: AtomicU64,
     pub failed: AtomicU64,
-    /// What the purge deleted (sagas, their log rows, their outbox rows), and its failed batches.
+    /// What the purge deleted (sagas, their log rows, their outbox rows), its failed batches,
+    /// and its batches rolled back because a listed saga changed (another purger took it).
     pub purged_sagas: AtomicU64,
     pub purged_transitions: AtomicU64,
     pub purged_outbox: AtomicU64,
     pub purge_failures: AtomicU64,
+    pub purge_rolled_back: AtomicU64,
 }
 
 /// A copy of [`Stats`] at one moment.
@@ -77,6 +79,7 @@ pub struct StatsSnapshot {
     pub purged_transitions: u64,
     pub purged_outbox: u64,
     pub purge_failures: u64,
+    pub purge_rolled_back: u64,
 }
 
 impl Stats {
@@ -96,6 +99,7 @@ impl Stats {
             purged_transitions: get(&self.purged_transitions),
             purged_outbox: get(&self.purged_outbox),
             purge_failures: get(&self.purge_failures),
+            purge_rolled_back: get(&self.purge_rolled_back),
         }
     }
 

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use common::*;
 use midflight_api::client::Downstreams;
 use midflight_driver::Outcome;
-use midflight_model::{Call, Observation, Saga, Source, Status, Step, WmsAnswer, request_id};
+use midflight_model::{
+    Call, LogisticsAnswer, Observation, OrderEvent, Saga, Source, Status, Step, WmsAnswer, request_id,
+};
 use midflight_recovery::{FindingKind, ReconcileSection, Reconciler, Report};
 use midflight_stack::{Faults, MockDownstreams, MockOptions};
 use midflight_store::testing::{TestDb, age, execute};
@@ -23,7 +25,11 @@ fn reconciler(store: &Store, client: Downstreams) -> Reconciler {
 }
 
 async fn drive_to_end(store: &Store, client: &Downstreams, order_no: &str, region: &str, offset: i64) -> Saga {
-    let saga = arrive(store, &[event(order_no, "PAID", region)], offset, 30_000).await.remove(0);
+    drive_event_to_end(store, client, event(order_no, "PAID", region), offset).await
+}
+
+async fn drive_event_to_end(store: &Store, client: &Downstreams, event: OrderEvent, offset: i64) -> Saga {
+    let saga = arrive(store, &[event], offset, 30_000).await.remove(0);
     let outcome = driver(store, client.clone(), "c1", settings()).drive(saga.clone(), Instant::now()).await;
     assert!(matches!(outcome, Outcome::Finished(_)), "{outcome:?}");
     store.get(&saga.biz_id).await.expect("get").expect("row")
@@ -110,30 +116,44 @@ async fn ledger_too_large_is_an_error(db: &TestDb) {
 }
 both_engines!(reconcile_refuses_an_oversized_ledger, ledger_too_large_is_an_error);
 
-/// The effects of purged sagas are not orphans (their business rows name them), whatever
-/// the purge's horizon; an effect no saga ever owned still is, and so is one whose saga's
-/// business row is gone too.
-async fn purged_sagas_effects_are_owned_by_purged_sagas(db: &TestDb) {
+/// The effects of purged sagas are judged by their business rows, which are kept: one lock
+/// and one shipment of a shipped order are the saga's (`owned_by_purged`), a second lock is a
+/// double effect, a lock in force after a reversal an effect after rollback. An effect no saga
+/// ever owned is an orphan, and so is one under the derived id of a saga whose row still
+/// exists but never recorded it, or of a purged saga whose business row is gone too.
+async fn purged_sagas_effects_are_judged_by_their_business_rows(db: &TestDb) {
     const HOUR_MS: i64 = 3_600_000;
-    let mocks = MockDownstreams::start(MockOptions::default()).await;
+    let stock = [("SKU-0001".to_owned(), 1_000), ("SKU-0009".to_owned(), 0)].into_iter().collect();
+    let mocks = MockDownstreams::start(MockOptions { stock, ..MockOptions::default() }).await;
     let client = mocks.client();
-    let mut purged = Vec::new();
-    for (i, order_no) in ["O-OLD-0", "O-OLD-1"].into_iter().enumerate() {
-        let done = drive_to_end(&db.store, &client, order_no, "CN-ZJ", i as i64 + 1).await;
-        assert_eq!(done.status, Status::Done);
-        age(&db.store, &done.biz_id, Status::Done, 72 * HOUR_MS).await;
-        purged.push(done);
+    let done = [
+        drive_to_end(&db.store, &client, "O-OLD-0", "CN-ZJ", 1).await,
+        drive_to_end(&db.store, &client, "O-OLD-1", "CN-ZJ", 2).await,
+    ];
+    let reversed = drive_to_end(&db.store, &client, "O-OLD-XX", "XX", 3).await;
+    assert_eq!((done[0].status, done[1].status, reversed.status), (Status::Done, Status::Done, Status::RolledBack));
+    // The incident's second deduction for O-OLD-0, and a lock for O-OLD-XX after its reversal.
+    mocks.set_wms_faults(Faults { legacy_mode: true, ..Faults::default() }).await;
+    for saga in [&done[0], &reversed] {
+        let again = client.call(Call::LockStock, saga, Duration::from_secs(5)).await;
+        assert_eq!(again, Observation::Wms(WmsAnswer::Locked));
     }
-    let rolled_back = drive_to_end(&db.store, &client, "O-OLD-XX", "XX", 3).await;
-    assert_eq!(rolled_back.status, Status::RolledBack);
-    age(&db.store, &rolled_back.biz_id, Status::RolledBack, 72 * HOUR_MS).await;
-    // Notifications published, so nothing holds the DONE sagas back.
+    mocks.set_wms_faults(Faults::default()).await;
+    for saga in done.iter().chain([&reversed]) {
+        age(&db.store, &saga.biz_id, saga.status, 72 * HOUR_MS).await;
+    }
     execute(&db.store, "UPDATE outbox SET published_at_ms = 1").await;
     let deleted = db.store.purge_finished(48 * HOUR_MS, 500).await.expect("purge");
     assert_eq!(deleted.sagas, 3, "{deleted:?}");
 
-    let recent = drive_to_end(&db.store, &client, "O-NEW", "CN-ZJ", 4).await;
-    assert_eq!(recent.status, Status::Done);
+    // Kept: a saga the WMS turned down (no stock), rolled back with no shipment recorded; a
+    // shipment is then made under its derived request id.
+    let mut refused = event("O-REJ", "PAID", "CN-ZJ");
+    refused.lines[0].sku = "SKU-0009".into();
+    let rejected = drive_event_to_end(&db.store, &client, refused, 4).await;
+    assert_eq!(rejected.status, Status::RolledBack);
+    let shipped = client.call(Call::CreateShipment, &rejected, Duration::from_secs(5)).await;
+    assert!(matches!(shipped, Observation::Logistics(LogisticsAnswer::Created { .. })), "{shipped:?}");
     let now = db.store.now_ms().await.expect("clock");
     let source = Source { topic: "orders".into(), partition: 0, offset: 99 };
     let ghost = Saga::received(&event("GHOST", "PAID", "CN-ZJ"), source, now, now + 60_000);
@@ -141,14 +161,26 @@ async fn purged_sagas_effects_are_owned_by_purged_sagas(db: &TestDb) {
     assert_eq!(answer, Observation::Wms(WmsAnswer::Locked));
 
     let report = reconciler(&db.store, client.clone()).run_once().await.expect("reconcile");
-    // Two purged DONE sagas, each a lock and a shipment in force; the rolled-back one has none.
-    assert_eq!((report.orphans, report.owned_by_purged, report.findings_total()), (1, 4, 1), "{report:#?}");
-    assert_eq!(report.findings[0].request_id, request_id(&ghost.biz_id, Step::Wms));
+    let mut found: Vec<(FindingKind, Step, Option<&str>)> =
+        report.findings.iter().map(|f| (f.kind, f.step, f.biz_id.as_deref())).collect();
+    found.sort_by_key(|(kind, step, biz_id)| (kind.as_str(), step.as_str(), biz_id.map(str::to_owned)));
+    assert_eq!(
+        found,
+        [
+            (FindingKind::DoubleEffect, Step::Wms, Some(done[0].biz_id.as_str())),
+            (FindingKind::EffectAfterRollback, Step::Wms, Some(reversed.biz_id.as_str())),
+            (FindingKind::Orphan, Step::Logistics, None),
+            (FindingKind::Orphan, Step::Wms, None),
+        ],
+        "{report:#?}"
+    );
+    // O-OLD-0's shipment, O-OLD-1's lock and shipment.
+    assert_eq!(report.owned_by_purged, 3, "{report:#?}");
 
     // Without its business row, a purged saga's effects are orphans like any other.
-    let sql = format!("DELETE FROM orders WHERE biz_id = '{}'", purged[0].biz_id);
+    let sql = format!("DELETE FROM orders WHERE biz_id = '{}'", done[1].biz_id);
     assert_eq!(execute(&db.store, &sql).await, 1);
     let report = reconciler(&db.store, client).run_once().await.expect("reconcile");
-    assert_eq!((report.orphans, report.owned_by_purged), (3, 2), "{report:#?}");
+    assert_eq!((report.orphans, report.owned_by_purged), (4, 1), "{report:#?}");
 }
-both_engines!(purged_sagas_are_not_orphans, purged_sagas_effects_are_owned_by_purged_sagas);
+both_engines!(purged_sagas_are_judged_by_business_rows, purged_sagas_effects_are_judged_by_their_business_rows);

@@ -204,20 +204,27 @@ impl Store {
     }
 }
 
-/// What each new MySQL connection runs first: the server's `wait_timeout` for it
-/// (`database.session_idle_timeout_ms`, rounded up to whole seconds; nothing when 0).
+/// What each new MySQL connection runs first: how long the server lets the session sit idle
+/// (`database.session_idle_timeout_ms`, rounded up to whole seconds; nothing when 0). MariaDB
+/// ends a session idle that long inside a transaction (`idle_transaction_timeout`), and no
+/// other; MySQL, which has no such setting, ends any session idle that long (`wait_timeout`),
+/// pooled idle connections included (they are pinged before use, and the server logs an
+/// aborted connection).
 fn session_settings(idle_timeout_ms: u64) -> impl Fn(MySqlPoolOptions) -> MySqlPoolOptions + Send + Sync + 'static {
     move |pool| {
         if idle_timeout_ms == 0 {
             return pool;
         }
-        let sql = format!("SET SESSION wait_timeout = {}", idle_timeout_ms.div_ceil(1_000));
+        let seconds = idle_timeout_ms.div_ceil(1_000);
         pool.after_connect(move |connection, _| {
-            let sql = sql.clone();
             Box::pin(async move {
                 use sea_orm::sqlx::Executor;
+                let version: String =
+                    sea_orm::sqlx::query_scalar("SELECT VERSION()").fetch_one(&mut *connection).await?;
+                let variable = if version.contains("MariaDB") { "idle_transaction_timeout" } else { "wait_timeout" };
                 // Our own text with a number in it, not input.
-                connection.execute(sea_orm::sqlx::raw_sql(sea_orm::sqlx::AssertSqlSafe(sql))).await.map(|_| ())
+                let sql = sea_orm::sqlx::AssertSqlSafe(format!("SET SESSION {variable} = {seconds}"));
+                connection.execute(sea_orm::sqlx::raw_sql(sql)).await.map(|_| ())
             })
         })
     }

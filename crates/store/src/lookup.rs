@@ -74,25 +74,28 @@ impl Store {
         Ok(out)
     }
 
-    /// The biz_ids of the business rows of `order_nos` (any number; looked up in batches of
-    /// [`BATCH_ROWS_MAX`] through `orders_order_no`). Business rows are never purged, so they
-    /// name every saga that reached its first step, its row purged or not: the reconciler
-    /// derives their request ids to tell a purged saga's effects from orphans.
-    pub async fn order_biz_ids(&self, order_nos: &[String]) -> Result<Vec<String>, Error> {
+    /// The business rows of `order_nos` whose saga row is gone (purged), as (biz_id, business
+    /// status); any number of order numbers, looked up in batches of [`BATCH_ROWS_MAX`] through
+    /// `orders_order_no`. Business rows are never purged, so they name every saga that reached
+    /// its first step: the reconciler derives their request ids to tell a purged saga's
+    /// effects from orphans.
+    pub async fn purged_business_rows(&self, order_nos: &[String]) -> Result<Vec<(String, String)>, Error> {
         let mut out = Vec::new();
         for batch in order_nos.chunks(BATCH_ROWS_MAX) {
             let batch = dialect::padded(batch.to_vec());
             let sql = format!(
-                "SELECT biz_id FROM {} WHERE order_no IN ({})",
-                dialect::through_index(self.backend, "orders", "orders_order_no"),
+                "SELECT o.biz_id, o.status FROM {} WHERE o.order_no IN ({}) \
+                 AND NOT EXISTS (SELECT 1 FROM saga s WHERE s.biz_id = o.biz_id)",
+                dialect::through_index(self.backend, "orders AS o", "orders_order_no"),
                 dialect::placeholders(batch.len())
             );
             let statement = Statement::from_sql_and_values(self.backend, sql, batch.into_iter().map(Value::from));
-            let operation = "look business rows up by order number";
+            let operation = "look business rows of purged sagas up by order number";
             let rows =
                 self.patiently(operation, || self.db.query_all_raw(statement.clone())).await.during(operation, None)?;
             for row in rows {
-                out.push(row.try_get::<String>("", "biz_id").during(operation, None)?);
+                let biz_id = row.try_get::<String>("", "biz_id").during(operation, None)?;
+                out.push((biz_id, row.try_get::<String>("", "status").during(operation, None)?));
             }
         }
         Ok(out)

@@ -984,9 +984,13 @@ async fn an_abandoned_transaction_is_ended_by_the_server() {
         ..midflight_config::DatabaseSection::default()
     };
     let short = Store::connect(&section).await.expect("connect");
-    let sql = "SELECT @@SESSION.wait_timeout AS t";
+    let sql = "SELECT VERSION() AS v";
     let row = short.connection().query_one_raw(Statement::from_string(DbBackend::MySql, sql)).await.expect("read");
-    assert_eq!(row.expect("a row").try_get::<u64>("", "t").expect("wait_timeout"), 1);
+    let version = row.expect("a row").try_get::<String>("", "v").expect("version");
+    let variable = if version.contains("MariaDB") { "idle_transaction_timeout" } else { "wait_timeout" };
+    let sql = format!("SELECT @@SESSION.{variable} AS t");
+    let row = short.connection().query_one_raw(Statement::from_string(DbBackend::MySql, sql)).await.expect("read");
+    assert_eq!(row.expect("a row").try_get::<u64>("", "t").expect(variable), 1, "{variable}");
 
     let update = |by: i32| {
         Statement::from_sql_and_values(
