@@ -42,8 +42,8 @@ pub(crate) fn observe(stats: &Arc<Stats>) {
     observers();
 }
 
-/// Samples the table once: rows per unfinished status, the oldest untouched row of each, open
-/// tickets. Finished statuses are not sampled: counting them reads the table's whole history
+/// Samples the table once: rows per unfinished status, the oldest untouched row of each, the
+/// oldest finished row still kept, open tickets. Finished statuses are not sampled: counting them reads the table's whole history
 /// (finished sagas are counted as they finish, by `midflight_saga_transitions_total`).
 pub async fn sample_table(store: &Store) -> Result<(), midflight_store::Error> {
     let summary = store.unfinished_summary().await?;
@@ -56,6 +56,13 @@ pub async fn sample_table(store: &Store) -> Result<(), midflight_store::Error> {
         instruments.sagas.record(found.map_or(0, |(_, count, _)| *count), &attributes);
         let age_ms = found.map_or(0, |(_, _, oldest_ms)| now_ms.saturating_sub(*oldest_ms).max(0));
         instruments.oldest_age.record(age_ms as f64 / 1_000.0, &attributes);
+    }
+    // How far back the finished sagas go: the purge's horizon while it keeps up.
+    let finished = store.oldest_finished().await?;
+    for status in [Status::Done, Status::RolledBack] {
+        let found = finished.iter().find(|(s, _)| *s == status);
+        let age_ms = found.map_or(0, |(_, oldest_ms)| now_ms.saturating_sub(*oldest_ms).max(0));
+        instruments.oldest_finished_age.record(age_ms as f64 / 1_000.0, &[KeyValue::new("status", status.as_str())]);
     }
     instruments.tickets_open.record(tickets, &[]);
     Ok(())

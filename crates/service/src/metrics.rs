@@ -133,6 +133,13 @@ pub const SAGA_OLDEST_AGE: Spec = Spec {
     attributes: &["status"],
     help: "Time since the least recently updated non-terminal saga of each status changed (sampled by the recovery worker).",
 };
+pub const SAGA_OLDEST_FINISHED_AGE: Spec = Spec {
+    name: "midflight.saga.oldest_finished_age",
+    prometheus: "midflight_saga_oldest_finished_age_seconds",
+    kind: Kind::Gauge,
+    attributes: &["status"],
+    help: "Time since the oldest DONE or ROLLED_BACK saga still in the table last changed, give or take a lease (sampled by the recovery worker): about the purge's horizon while the purge keeps up, the table's whole history while it is off.",
+};
 pub const TICKETS_OPEN: Spec = Spec {
     name: "midflight.tickets.open",
     prometheus: "midflight_tickets_open",
@@ -170,7 +177,7 @@ pub const CONSUMER_TOPIC_PARTITIONS: Spec = Spec {
 };
 
 /// Every metric recorded through [`instruments`] or named by the services' own observers.
-pub const CATALOGUE: [Spec; 17] = [
+pub const CATALOGUE: [Spec; 18] = [
     SAGA_TRANSITIONS,
     SAGA_TAKEOVERS,
     SAGA_CAS_CONFLICTS,
@@ -183,6 +190,7 @@ pub const CATALOGUE: [Spec; 17] = [
     SAGAS_IN_FLIGHT,
     SAGAS,
     SAGA_OLDEST_AGE,
+    SAGA_OLDEST_FINISHED_AGE,
     TICKETS_OPEN,
     RECONCILER_FINDINGS,
     RECONCILER_RUNS,
@@ -205,6 +213,7 @@ pub struct Instruments {
     pub in_flight: UpDownCounter<i64>,
     pub sagas: Gauge<u64>,
     pub oldest_age: Gauge<f64>,
+    pub oldest_finished_age: Gauge<f64>,
     pub tickets_open: Gauge<u64>,
     pub reconciler_findings: Counter<u64>,
     pub reconciler_runs: Counter<u64>,
@@ -244,6 +253,11 @@ pub fn instruments() -> &'static Instruments {
             oldest_age: meter
                 .f64_gauge(SAGA_OLDEST_AGE.name)
                 .with_description(SAGA_OLDEST_AGE.help)
+                .with_unit("s")
+                .build(),
+            oldest_finished_age: meter
+                .f64_gauge(SAGA_OLDEST_FINISHED_AGE.name)
+                .with_description(SAGA_OLDEST_FINISHED_AGE.help)
                 .with_unit("s")
                 .build(),
             tickets_open: meter.u64_gauge(TICKETS_OPEN.name).with_description(TICKETS_OPEN.help).build(),

@@ -197,6 +197,24 @@ impl Store {
         self.summary(&unfinished_summary_sql(self.backend)).await
     }
 
+    /// For DONE and ROLLED_BACK, the earliest `lease_until_ms` of the table's rows (a finished
+    /// row's last write plus at most one lease): how far back the finished sagas still kept
+    /// go. Two reads of the first entry of `saga_recovery`, whatever the table holds.
+    pub async fn oldest_finished(&self) -> Result<Vec<(Status, i64)>, Error> {
+        let mut out = Vec::with_capacity(2);
+        for status in [Status::Done, Status::RolledBack] {
+            let sql = oldest_finished_sql(self.backend);
+            let statement = Statement::from_sql_and_values(self.backend, sql, [status.as_str().into()]);
+            let operation = "read the oldest finished saga";
+            let row = self.db.query_one_raw(statement).await.during(operation, None)?;
+            let oldest = row.map(|row| row.try_get::<Option<i64>>("", "oldest")).transpose().during(operation, None)?;
+            if let Some(oldest) = oldest.flatten() {
+                out.push((status, oldest));
+            }
+        }
+        Ok(out)
+    }
+
     async fn summary(&self, sql: &str) -> Result<Vec<(Status, u64, i64)>, Error> {
         let rows = self
             .db
@@ -421,6 +439,13 @@ fn first_unfinished_sql(backend: sea_orm::DbBackend, orders: usize, extra: &str)
 }
 
 /// [`Store::unfinished_summary`]'s statement.
+fn oldest_finished_sql(backend: sea_orm::DbBackend) -> String {
+    format!(
+        "SELECT MIN(lease_until_ms) AS oldest FROM {} WHERE status = ?",
+        dialect::through_index(backend, "saga", "saga_recovery")
+    )
+}
+
 fn unfinished_summary_sql(backend: sea_orm::DbBackend) -> String {
     format!(
         "SELECT status, COUNT(*) AS n, MIN(updated_at_ms) AS oldest FROM {} WHERE status IN ({}) GROUP BY status",
@@ -571,4 +596,49 @@ mod tests {
         assert!(plan.iter().any(|step| step.contains("saga_recovery")), "plan {plan:?} does not use saga_recovery");
     }
     crate::both_engines!(unfinished_summary_reads_only_unfinished, unfinished_summary_leaves_finished_sagas_out);
+
+    /// The oldest finished saga of each finished status, by lease expiry, read from the first
+    /// entry of `saga_recovery`; nothing for a status with no row.
+    async fn oldest_finished_reads_the_first_index_entry(db: &TestDb) {
+        let store = &db.store;
+        assert_eq!(store.oldest_finished().await.expect("oldest"), []);
+        let now = store.now_ms().await.expect("clock");
+        let sagas: Vec<Saga> = (0..4)
+            .map(|n| {
+                let source = Source { topic: "orders".into(), partition: 0, offset: i64::from(n) };
+                Saga::received(&order_event(&format!("OLD-{n}")), source, now, now + 600_000)
+            })
+            .collect();
+        store.insert_arrivals(&sagas, "c1", 60_000, "consumer:c1").await.expect("insert");
+        for (saga, status, lease_until_ms) in [
+            (&sagas[0], "DONE", 5_000),
+            (&sagas[1], "DONE", 3_000),
+            (&sagas[2], "ROLLED_BACK", 7_000),
+            (&sagas[3], "WMS_REQUESTED", 1_000),
+        ] {
+            let sql = format!(
+                "UPDATE saga SET status = '{status}', lease_until_ms = {lease_until_ms} WHERE biz_id = '{}'",
+                saga.biz_id
+            );
+            store.db.execute_raw(Statement::from_string(store.backend, sql)).await.expect("set");
+        }
+        use midflight_model::Status::{Done, RolledBack};
+        assert_eq!(store.oldest_finished().await.expect("oldest"), [(Done, 3_000), (RolledBack, 7_000)]);
+        let sql = super::oldest_finished_sql(store.backend);
+        if store.backend == DbBackend::MySql {
+            // The optimizer answers MIN from the index's first entry before running anything.
+            let explain =
+                Statement::from_sql_and_values(store.backend, format!("EXPLAIN {sql}"), [Value::from("DONE")]);
+            let rows = store.db.query_all_raw(explain).await.expect("explain");
+            let extra: Vec<String> = rows
+                .iter()
+                .map(|row| row.try_get::<Option<String>>("", "Extra").expect("Extra").unwrap_or_default())
+                .collect();
+            assert_eq!(extra, ["Select tables optimized away"], "{sql}");
+        } else {
+            let plan = plan_of(store, &sql, vec![Value::from("DONE")]).await;
+            assert!(plan.iter().any(|step| step.contains("saga_recovery")), "plan {plan:?} does not use saga_recovery");
+        }
+    }
+    crate::both_engines!(oldest_finished_is_an_index_read, oldest_finished_reads_the_first_index_entry);
 }
