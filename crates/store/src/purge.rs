@@ -169,28 +169,14 @@ fn candidates_sql(backend: sea_orm::DbBackend) -> String {
 
 #[cfg(all(test, feature = "testing"))]
 mod tests {
-    use midflight_model::{Saga, Source, Status};
+    use midflight_model::Status;
     use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
 
     use super::Purged;
-    use crate::testing::{TestDb, age, drive_to_done, order_event, plan_of};
+    use crate::testing::{TestDb, age, arrive_orders, drive_to_done, plan_of};
     use crate::{FindingTicket, WMS_LEDGER_STEP};
 
     const HOUR_MS: i64 = 3_600_000;
-
-    async fn arrive(store: &crate::Store, names: &[&str]) -> Vec<Saga> {
-        let now = store.now_ms().await.expect("clock");
-        let sagas: Vec<Saga> = names
-            .iter()
-            .enumerate()
-            .map(|(n, name)| {
-                let source = Source { topic: "orders".into(), partition: 0, offset: n as i64 };
-                Saga::received(&order_event(name), source, now, now + 600_000)
-            })
-            .collect();
-        let arrived = store.insert_arrivals(&sagas, "c1", 60_000, "consumer:c1").await.expect("insert");
-        arrived.into_iter().map(|arrival| arrival.saga().clone()).collect()
-    }
 
     async fn count(store: &crate::Store, sql: &str) -> i64 {
         let row = store.db.query_one_raw(Statement::from_string(store.backend, sql)).await.expect("count");
@@ -217,7 +203,7 @@ mod tests {
             "OLD-PARKED",
             "OLD-OPEN",
         ];
-        let sagas = arrive(store, &names).await;
+        let sagas = arrive_orders(store, &names).await;
         let ids: Vec<String> = sagas.iter().map(|s| s.biz_id.clone()).collect();
         for i in [0, 1, 2, 4, 5, 6] {
             drive_to_done(store, sagas[i].clone(), "consumer:c1", 30_000).await;

@@ -480,7 +480,7 @@ mod tests {
     use midflight_model::{Saga, Source};
     use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
 
-    use crate::testing::{TestDb, order_event, plan_of};
+    use crate::testing::{TestDb, arrive_orders, order_event, plan_of};
 
     /// The inbox batch's order check on a young table (rows just inserted, statistics not yet
     /// recounted) with a list as long as a full batch pads to: the plan must go through the
@@ -568,13 +568,7 @@ mod tests {
     async fn unfinished_summary_leaves_finished_sagas_out(db: &TestDb) {
         let store = &db.store;
         let now = store.now_ms().await.expect("clock");
-        let sagas: Vec<Saga> = (0..6)
-            .map(|n| {
-                let source = Source { topic: "orders".into(), partition: 0, offset: i64::from(n) };
-                Saga::received(&order_event(&format!("SUM-{n}")), source, now, now + 600_000)
-            })
-            .collect();
-        store.insert_arrivals(&sagas, "c1", 60_000, "consumer:c1").await.expect("insert");
+        let sagas = arrive_orders(store, &["SUM-0", "SUM-1", "SUM-2", "SUM-3", "SUM-4", "SUM-5"]).await;
         let set = |status: &str, updated_at_ms: i64, ids: &[&Saga]| {
             let list: Vec<String> = ids.iter().map(|s| format!("'{}'", s.biz_id)).collect();
             let sql = format!(
@@ -602,14 +596,7 @@ mod tests {
     async fn oldest_finished_reads_the_first_index_entry(db: &TestDb) {
         let store = &db.store;
         assert_eq!(store.oldest_finished().await.expect("oldest"), []);
-        let now = store.now_ms().await.expect("clock");
-        let sagas: Vec<Saga> = (0..4)
-            .map(|n| {
-                let source = Source { topic: "orders".into(), partition: 0, offset: i64::from(n) };
-                Saga::received(&order_event(&format!("OLD-{n}")), source, now, now + 600_000)
-            })
-            .collect();
-        store.insert_arrivals(&sagas, "c1", 60_000, "consumer:c1").await.expect("insert");
+        let sagas = arrive_orders(store, &["OLD-0", "OLD-1", "OLD-2", "OLD-3"]).await;
         for (saga, status, lease_until_ms) in [
             (&sagas[0], "DONE", 5_000),
             (&sagas[1], "DONE", 3_000),

@@ -98,6 +98,22 @@ pub async fn drive_all_to_done(store: &Store, sagas: &[Saga], batch: usize, in_f
     }
 }
 
+/// Inserts sagas for the orders `names` (one each, offsets 0.. on partition 0 of `orders`),
+/// leased to `c1` for a minute; returns the rows as stored.
+pub async fn arrive_orders(store: &Store, names: &[&str]) -> Vec<Saga> {
+    let now = store.now_ms().await.expect("clock");
+    let sagas: Vec<Saga> = names
+        .iter()
+        .enumerate()
+        .map(|(n, name)| {
+            let source = midflight_model::Source { topic: "orders".into(), partition: 0, offset: n as i64 };
+            Saga::received(&order_event(name), source, now, now + 600_000)
+        })
+        .collect();
+    let arrived = store.insert_arrivals(&sagas, "c1", 60_000, "consumer:c1").await.expect("insert");
+    arrived.into_iter().map(|arrival| arrival.saga().clone()).collect()
+}
+
 /// Runs `sql` (no parameters) on `store`, for tests that set a table up by hand; returns the
 /// rows it changed.
 pub async fn execute(store: &Store, sql: &str) -> u64 {
