@@ -25,7 +25,7 @@ pub struct Purged {
     pub transitions: u64,
     pub outbox: u64,
     /// Batches rolled back because a listed saga no longer qualified when it was deleted
-    /// (another purger deleted it first, or it was opened a ticket): nothing of them deleted.
+    /// (another purger deleted it first, or a ticket was opened for it): nothing of them deleted.
     pub rolled_back: u64,
 }
 
