@@ -66,6 +66,7 @@ pub async fn run(config: RecoveryConfig, shutdown: CancellationToken) -> Result<
     let actor = format!("recovery:{owner}");
     let reconciler = Reconciler::new(store.clone(), downstreams, config.reconcile.clone(), actor);
     telemetry::observe(&worker.stats());
+    telemetry::purge_horizon(config.purge.horizon());
     midflight_driver::telemetry::observe_store(&store);
     // The table is sampled only for someone who reads metrics: off by default, it costs no query.
     let metrics_on = config.telemetry.metrics_listen.is_some() || config.telemetry.otlp_endpoint.is_some();

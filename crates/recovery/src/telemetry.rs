@@ -68,6 +68,12 @@ pub async fn sample_table(store: &Store) -> Result<(), midflight_store::Error> {
     Ok(())
 }
 
+/// Exports the purge's horizon (0 when off), beside the oldest finished saga's age, so an
+/// alert can tell a purge falling behind from none at all.
+pub(crate) fn purge_horizon(horizon: Option<Duration>) {
+    instruments().purge_horizon.record(horizon.map_or(0.0, |h| h.as_secs_f64()), &[]);
+}
+
 /// Samples the table every [`TABLE_SAMPLE_INTERVAL`] until `shutdown`.
 pub(crate) async fn sample_periodically(store: Store, shutdown: CancellationToken) {
     loop {

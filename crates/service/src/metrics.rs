@@ -140,6 +140,13 @@ pub const SAGA_OLDEST_FINISHED_AGE: Spec = Spec {
     attributes: &["status"],
     help: "Time since the oldest DONE or ROLLED_BACK saga still in the table last changed, give or take a lease (sampled by the recovery worker): about the purge's horizon while the purge keeps up, the table's whole history while it is off.",
 };
+pub const PURGE_HORIZON: Spec = Spec {
+    name: "midflight.purge.horizon",
+    prometheus: "midflight_purge_horizon_seconds",
+    kind: Kind::Gauge,
+    attributes: &[],
+    help: "The recovery worker's purge horizon (purge.after_hours), 0 when purging is off.",
+};
 pub const TICKETS_OPEN: Spec = Spec {
     name: "midflight.tickets.open",
     prometheus: "midflight_tickets_open",
@@ -177,7 +184,7 @@ pub const CONSUMER_TOPIC_PARTITIONS: Spec = Spec {
 };
 
 /// Every metric recorded through [`instruments`] or named by the services' own observers.
-pub const CATALOGUE: [Spec; 18] = [
+pub const CATALOGUE: [Spec; 19] = [
     SAGA_TRANSITIONS,
     SAGA_TAKEOVERS,
     SAGA_CAS_CONFLICTS,
@@ -191,6 +198,7 @@ pub const CATALOGUE: [Spec; 18] = [
     SAGAS,
     SAGA_OLDEST_AGE,
     SAGA_OLDEST_FINISHED_AGE,
+    PURGE_HORIZON,
     TICKETS_OPEN,
     RECONCILER_FINDINGS,
     RECONCILER_RUNS,
@@ -214,6 +222,7 @@ pub struct Instruments {
     pub sagas: Gauge<u64>,
     pub oldest_age: Gauge<f64>,
     pub oldest_finished_age: Gauge<f64>,
+    pub purge_horizon: Gauge<f64>,
     pub tickets_open: Gauge<u64>,
     pub reconciler_findings: Counter<u64>,
     pub reconciler_runs: Counter<u64>,
@@ -258,6 +267,11 @@ pub fn instruments() -> &'static Instruments {
             oldest_finished_age: meter
                 .f64_gauge(SAGA_OLDEST_FINISHED_AGE.name)
                 .with_description(SAGA_OLDEST_FINISHED_AGE.help)
+                .with_unit("s")
+                .build(),
+            purge_horizon: meter
+                .f64_gauge(PURGE_HORIZON.name)
+                .with_description(PURGE_HORIZON.help)
                 .with_unit("s")
                 .build(),
             tickets_open: meter.u64_gauge(TICKETS_OPEN.name).with_description(TICKETS_OPEN.help).build(),
