@@ -138,7 +138,7 @@ pub const SAGA_OLDEST_FINISHED_AGE: Spec = Spec {
     prometheus: "midflight_saga_oldest_finished_age_seconds",
     kind: Kind::Gauge,
     attributes: &["status"],
-    help: "Time since the oldest DONE or ROLLED_BACK saga still in the table last changed, give or take a lease (sampled by the recovery worker): about the purge's horizon while the purge keeps up, the table's whole history while it is off.",
+    help: "Time since the oldest DONE or ROLLED_BACK saga still in the table last changed, give or take a lease (sampled by the recovery worker): about the purge's horizon while the purge keeps up (older while a saga waits on an open ticket or an unpublished notification), the table's whole history while it is off.",
 };
 pub const PURGE_HORIZON: Spec = Spec {
     name: "midflight.purge.horizon",
