@@ -9,6 +9,9 @@
 //! purge running beside them at the recovery worker's defaults (batches of 500, 50 ms apart),
 //! twice each, alternating: what the purge costs the consumer.
 //!
+//! Knobs: `MIDFLIGHT_BENCH_ENGINE` (`sqlite` or `mysql`: that engine only) and
+//! `MIDFLIGHT_BENCH_BESIDE=0` (the first table only), for runs with a large N.
+//!
 //! Not a test: it prints one table row per engine and run. Run:
 //! `MIDFLIGHT_TEST_MYSQL_URL=mysql://root@127.0.0.1:3306/test cargo bench -p midflight-store --bench purge`.
 
@@ -29,14 +32,23 @@ fn main() {
     runtime.block_on(async {
         println!("| engine | sagas | batch | log rows | sagas/s purged | rows/s deleted | ms a batch | load avg |");
         println!("|---|---|---|---|---|---|---|---|");
-        for engine in [Engine::Sqlite, Engine::MySql] {
+        let only = std::env::var("MIDFLIGHT_BENCH_ENGINE").ok();
+        let engines: Vec<Engine> = [(Engine::Sqlite, "sqlite"), (Engine::MySql, "mysql")]
+            .into_iter()
+            .filter(|(_, name)| only.as_deref().is_none_or(|only| only == *name))
+            .map(|(engine, _)| engine)
+            .collect();
+        for &engine in &engines {
             let Some(db) = TestDb::fresh(engine).await else { continue };
             println!("{}", bench(&db, count, batch).await);
+        }
+        if std::env::var("MIDFLIGHT_BENCH_BESIDE").is_ok_and(|v| v == "0") {
+            return;
         }
         println!();
         println!("| engine | purge beside | sagas driven | sagas/s driven | sagas purged meanwhile | load avg |");
         println!("|---|---|---|---|---|---|");
-        for engine in [Engine::Sqlite, Engine::MySql] {
+        for &engine in &engines {
             for beside in [false, true, false, true] {
                 let Some(db) = TestDb::fresh(engine).await else { continue };
                 println!("{}", beside_the_hot_path(&db, count, beside).await);
