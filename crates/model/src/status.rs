@@ -59,6 +59,10 @@ impl Status {
     /// The statuses no automated actor moves a saga out of.
     pub const TERMINAL: [Status; 4] = [Status::Done, Status::RolledBack, Status::ManualReview, Status::Parked];
 
+    /// The terminal statuses that need nobody: nothing leaves them, not even an operator's
+    /// action, so their rows are what a purge may delete.
+    pub const FINISHED: [Status; 2] = [Status::Done, Status::RolledBack];
+
     pub const fn as_str(self) -> &'static str {
         match self {
             Status::Received => "RECEIVED",

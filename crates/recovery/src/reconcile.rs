@@ -220,13 +220,16 @@ impl Reconciler {
             return Ok(());
         }
         let late = self.store.owners_of(step, &unowned).await?;
-        let purged = self.purged_owners(pass, step, &unowned, &late).await?;
+        let mut owners: HashMap<String, &midflight_model::Saga> = HashMap::with_capacity(late.len());
+        for saga in &late {
+            owners.entry(saga.request_id(step)).or_insert(saga);
+        }
+        let ownerless: Vec<&str> = unowned.iter().map(String::as_str).filter(|id| !owners.contains_key(*id)).collect();
+        let purged = self.purged_owners(pass, step, &ownerless).await?;
         for request_id in unowned {
-            let owner = late.iter().find(|saga| saga.request_id(step) == request_id);
+            let owner = owners.get(&request_id).copied();
             let effects = pass.ledger(step).by_request.get(&request_id).cloned().unwrap_or_default();
-            if owner.is_none()
-                && let Some((biz_id, status)) = purged.get(&request_id)
-            {
+            if let Some((biz_id, status)) = purged.get(&request_id) {
                 // A purged saga finished long before the ledgers were read: settled.
                 match classify(Some(*status), true, effects.in_force.len()) {
                     None => pass.report.owned_by_purged += 1,
@@ -242,19 +245,15 @@ impl Reconciler {
         Ok(())
     }
 
-    /// Of `unowned` request ids without a saga row (`late` holds those found), the ones derived
-    /// from a business row of their order whose saga was purged: its biz_id, and the status
-    /// its saga ended in as the business row tells it.
+    /// Of `ownerless` request ids (no saga row names them), the ones derived from a business
+    /// row of their order whose saga was purged: its biz_id, and the status its saga ended in
+    /// as the business row tells it.
     async fn purged_owners(
         &self,
         pass: &Pass,
         step: Step,
-        unowned: &[String],
-        late: &[midflight_model::Saga],
+        ownerless: &[&str],
     ) -> Result<HashMap<String, (String, Status)>, Error> {
-        let found: HashSet<String> = late.iter().map(|saga| saga.request_id(step)).collect();
-        let ownerless: HashSet<&str> =
-            unowned.iter().filter(|id| !found.contains(id.as_str())).map(String::as_str).collect();
         let order_nos: BTreeSet<String> = ownerless
             .iter()
             .filter_map(|id| pass.ledger(step).by_request.get(*id))
@@ -264,13 +263,16 @@ impl Reconciler {
             return Ok(HashMap::new());
         }
         let order_nos: Vec<String> = order_nos.into_iter().collect();
+        let ownerless: HashSet<&str> = ownerless.iter().copied().collect();
         let mut derived: HashMap<String, (String, Status)> = HashMap::new();
         for (biz_id, business_status) in self.store.purged_business_rows(&order_nos).await? {
             // REVERSED: rolled back; SHIPPED, or FULFILLING (an operator closed it by hand): done.
             let status = if business_status == "REVERSED" { Status::RolledBack } else { Status::Done };
-            derived.insert(midflight_model::request_id(&biz_id, step), (biz_id, status));
+            let request_id = midflight_model::request_id(&biz_id, step);
+            if ownerless.contains(request_id.as_str()) {
+                derived.insert(request_id, (biz_id, status));
+            }
         }
-        derived.retain(|id, _| ownerless.contains(id.as_str()));
         Ok(derived)
     }
 

@@ -59,7 +59,7 @@ pub async fn sample_table(store: &Store) -> Result<(), midflight_store::Error> {
     }
     // How far back the finished sagas go: the purge's horizon while it keeps up.
     let finished = store.oldest_finished().await?;
-    for status in [Status::Done, Status::RolledBack] {
+    for status in Status::FINISHED {
         let found = finished.iter().find(|(s, _)| *s == status);
         let age_ms = found.map_or(0, |(_, oldest_ms)| now_ms.saturating_sub(*oldest_ms).max(0));
         instruments.oldest_finished_age.record(age_ms as f64 / 1_000.0, &[KeyValue::new("status", status.as_str())]);

@@ -113,6 +113,7 @@ pub(crate) fn active_list() -> String {
     quoted(&active)
 }
 
-fn quoted(statuses: &[Status]) -> String {
+/// `statuses` as an SQL list (constants, not input).
+pub(crate) fn quoted(statuses: &[Status]) -> String {
     statuses.iter().map(|s| format!("'{}'", s.as_str())).collect::<Vec<_>>().join(", ")
 }

@@ -13,7 +13,8 @@
 //! read from the topic must find its row: the horizon has to be longer than the oldest message
 //! the topic can hand out (the caller's configuration says how that is chosen).
 
-use sea_orm::{ConnectionTrait, DatabaseTransaction, IsolationLevel, Statement, TransactionTrait, Value};
+use midflight_model::Status;
+use sea_orm::{ConnectionTrait, DatabaseTransaction, IsolationLevel, Statement, Value};
 
 use crate::error::{Context, Error};
 use crate::{BATCH_ROWS_MAX, Store, dialect};
@@ -42,9 +43,10 @@ impl std::ops::AddAssign for Purged {
 /// finished, last written before the horizon, no open ticket, no notification still to publish.
 fn purgeable(backend: sea_orm::DbBackend, alias: &str) -> String {
     format!(
-        "{alias}.status IN ('DONE', 'ROLLED_BACK') AND {alias}.updated_at_ms < {now} - ? \
+        "{alias}.status IN ({finished}) AND {alias}.updated_at_ms < {now} - ? \
          AND NOT EXISTS (SELECT 1 FROM manual_ticket m WHERE m.biz_id = {alias}.biz_id AND m.state = 'OPEN') \
          AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.biz_id = {alias}.biz_id AND o.published_at_ms IS NULL)",
+        finished = crate::lease::quoted(&Status::FINISHED),
         now = dialect::now_ms(backend)
     )
 }
@@ -96,9 +98,7 @@ impl Store {
         let distinct = ids.len() as u64;
         let ids = dialect::padded(ids);
         let isolation = (self.backend == sea_orm::DbBackend::MySql).then_some(IsolationLevel::ReadCommitted);
-        let operation = "begin purge";
-        let txn =
-            self.patiently(operation, || self.db.begin_with_config(isolation, None)).await.during(operation, None)?;
+        let txn = self.begin_isolated("begin purge", None, isolation).await?;
         let sagas = self.delete_listed(&txn, "saga", &purgeable(self.backend, "t"), Some(older_than_ms), &ids).await?;
         if sagas < distinct {
             txn.rollback().await.during("roll back purge", None)?;

@@ -197,12 +197,12 @@ impl Store {
         self.summary(&unfinished_summary_sql(self.backend)).await
     }
 
-    /// For DONE and ROLLED_BACK, the earliest `lease_until_ms` of the table's rows (a finished
+    /// For each finished status (DONE, ROLLED_BACK), the earliest `lease_until_ms` of the table's rows (a finished
     /// row's last write plus at most one lease): how far back the finished sagas still kept
     /// go. Two reads of the first entry of `saga_recovery`, whatever the table holds.
     pub async fn oldest_finished(&self) -> Result<Vec<(Status, i64)>, Error> {
         let mut out = Vec::with_capacity(2);
-        for status in [Status::Done, Status::RolledBack] {
+        for status in Status::FINISHED {
             let sql = oldest_finished_sql(self.backend);
             let statement = Statement::from_sql_and_values(self.backend, sql, [status.as_str().into()]);
             let operation = "read the oldest finished saga";

@@ -246,7 +246,17 @@ impl Store {
         operation: &'static str,
         biz_id: Option<&str>,
     ) -> Result<DatabaseTransaction, Error> {
-        self.patiently(operation, || self.db.begin()).await.during(operation, biz_id)
+        self.begin_isolated(operation, biz_id, None).await
+    }
+
+    /// [`Store::begin`] at `isolation` (`None`: the server's default).
+    pub(crate) async fn begin_isolated(
+        &self,
+        operation: &'static str,
+        biz_id: Option<&str>,
+        isolation: Option<sea_orm::IsolationLevel>,
+    ) -> Result<DatabaseTransaction, Error> {
+        self.patiently(operation, || self.db.begin_with_config(isolation, None)).await.during(operation, biz_id)
     }
 }
 
