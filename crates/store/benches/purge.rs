@@ -19,9 +19,8 @@ use std::time::Instant;
 
 use midflight_config::DatabaseSection;
 use midflight_model::{Saga, Source};
-use midflight_store::testing::{Engine, TestDb, drive_all_to_done, order_event};
+use midflight_store::testing::{Engine, TestDb, drive_all_to_done, execute, order_event};
 use midflight_store::{Purged, Store};
-use sea_orm::{ConnectionTrait, Statement};
 
 const HOUR_MS: i64 = 3_600_000;
 
@@ -73,7 +72,7 @@ async fn backlog(store: &Store, prefix: &str, count: usize) {
         format!("UPDATE saga SET updated_at_ms = {}, lease_until_ms = {}", now - 49 * HOUR_MS, now - 49 * HOUR_MS),
         "UPDATE outbox SET published_at_ms = 1".to_owned(),
     ] {
-        store.connection().execute_raw(Statement::from_string(store.backend(), sql)).await.expect("age");
+        execute(store, &sql).await;
     }
 }
 
