@@ -9,6 +9,7 @@
 //! Bounded: one scan page in memory, at most `concurrency_max` drives at once, and a shutdown
 //! that waits at most `drain_timeout_ms` for drives to reach a durable point.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -45,6 +46,9 @@ pub struct Stats {
     pub scans: AtomicU64,
     /// Rows skipped because an earlier saga of their order is unfinished.
     pub skipped_blocked: AtomicU64,
+    /// Rows the scan matched but could not read, counted at every scan that meets them: a
+    /// rate above zero means sagas no one can drive until a person repairs their row.
+    pub unreadable: AtomicU64,
     /// Claims won, and claims lost to someone faster.
     pub claimed: AtomicU64,
     pub claims_lost: AtomicU64,
@@ -68,6 +72,7 @@ pub struct Stats {
 pub struct StatsSnapshot {
     pub scans: u64,
     pub skipped_blocked: u64,
+    pub unreadable: u64,
     pub claimed: u64,
     pub claims_lost: u64,
     pub finished: u64,
@@ -88,6 +93,7 @@ impl Stats {
         StatsSnapshot {
             scans: get(&self.scans),
             skipped_blocked: get(&self.skipped_blocked),
+            unreadable: get(&self.unreadable),
             claimed: get(&self.claimed),
             claims_lost: get(&self.claims_lost),
             finished: get(&self.finished),
@@ -168,6 +174,7 @@ impl<D: Downstream> Worker<D> {
         let permits = Arc::new(Semaphore::new(self.section.concurrency_max));
         let mut drives = JoinSet::new();
         let mut cursor: Option<ScanCursor> = None;
+        let mut reported = Reported::default();
         let mut next_scan_at = Instant::now();
         while !self.shutdown.is_cancelled() {
             if cursor.is_none() {
@@ -175,7 +182,7 @@ impl<D: Downstream> Worker<D> {
                 next_scan_at = Instant::now() + millis(self.section.scan_interval_ms);
             }
             while drives.try_join_next().is_some() {}
-            match self.scan_page(cursor.as_ref(), &permits, &mut drives).await {
+            match self.scan_page(cursor.as_ref(), &permits, &mut drives, &mut reported).await {
                 Ok(next) => cursor = next,
                 Err(error) => {
                     tracing::warn!(owner = self.owner(), %error, "recovery scan failed; retrying at the next interval");
@@ -184,6 +191,7 @@ impl<D: Downstream> Worker<D> {
             }
             // A full page means more backlog behind it: read on at once. Otherwise rest.
             if cursor.is_none() {
+                reported.walk_ended();
                 tokio::select! {
                     _ = tokio::time::sleep_until(next_scan_at.into()) => {}
                     _ = self.shutdown.cancelled() => {}
@@ -195,22 +203,33 @@ impl<D: Downstream> Worker<D> {
     }
 
     /// Reads one page after `cursor` and starts a drive for each claimable row (waiting for a
-    /// free slot when `concurrency_max` drives run). Returns the cursor of the next page, or
-    /// `None` when this page was the last.
+    /// free slot when `concurrency_max` drives run). Rows that cannot be read are counted and
+    /// stepped over. Returns the cursor of the next page, or `None` when this page was the last.
     async fn scan_page(
         &self,
         cursor: Option<&ScanCursor>,
         permits: &Arc<Semaphore>,
         drives: &mut JoinSet<()>,
+        reported: &mut Reported,
     ) -> Result<Option<ScanCursor>, midflight_store::Error> {
         // Bounded, so a statement that never answers (a black-holed connection) fails this scan
         // instead of stopping every later one.
         let scan = self.driver.store().abandoned_after(cursor, self.section.scan_batch);
         let page = bounded("the recovery scan", scan).await?;
         self.stats.scans.fetch_add(1, Ordering::Relaxed);
-        let full = page.len() as u64 >= self.section.scan_batch;
-        let next = if full { page.last().map(ScanCursor::after) } else { None };
-        for saga in page {
+        for row in &page.unreadable {
+            self.stats.unreadable.fetch_add(1, Ordering::Relaxed);
+            if reported.first_time(&row.biz_id) {
+                tracing::error!(
+                    owner = self.owner(),
+                    biz_id = %row.biz_id,
+                    error = %row.error,
+                    "saga row cannot be read; recovery steps over it until the row is repaired (logged once while it stays so)"
+                );
+            }
+        }
+        let next = page.next;
+        for saga in page.sagas {
             if self.blocked(&saga).await? {
                 continue;
             }
@@ -256,6 +275,36 @@ impl<D: Downstream> Worker<D> {
     }
 }
 
+/// Which unreadable rows were logged, so each is logged once while it stays unreadable (the
+/// counter still counts it at every scan). Bounded: past [`REPORTED_MAX`] rows a walk logs
+/// no more of them.
+#[derive(Debug, Default)]
+struct Reported {
+    /// Logged before this walk, and met again in this one.
+    logged: HashSet<String>,
+    this_walk: HashSet<String>,
+}
+
+/// Most unreadable rows one worker remembers having logged.
+const REPORTED_MAX: usize = 1_000;
+
+impl Reported {
+    /// Whether `biz_id` is to be logged now: it was not met in the last walk, and the bound is
+    /// not reached.
+    fn first_time(&mut self, biz_id: &str) -> bool {
+        if self.this_walk.len() >= REPORTED_MAX || !self.this_walk.insert(biz_id.to_owned()) {
+            return false;
+        }
+        !self.logged.contains(biz_id)
+    }
+
+    /// A walk of the whole backlog ended: a row met again is not logged again; a row repaired
+    /// and later unreadable once more is.
+    fn walk_ended(&mut self) {
+        self.logged = std::mem::take(&mut self.this_walk);
+    }
+}
+
 fn millis(ms: u64) -> Duration {
     Duration::from_millis(ms)
 }
@@ -267,6 +316,33 @@ mod tests {
     /// A scan or purge statement that never answers (a black-holed connection) fails at the
     /// deadline, naming what it was, so the next interval tries again; one that answers passes
     /// its answer through.
+    /// Each unreadable row is logged the first time a walk meets it, not again while later
+    /// walks keep meeting it, and again if a walk passed without it (repaired, then broken again).
+    #[test]
+    fn an_unreadable_row_is_logged_once_while_it_stays() {
+        let mut reported = Reported::default();
+        assert!(reported.first_time("a"));
+        assert!(!reported.first_time("a"), "met twice in one walk (a scan restarted mid-walk)");
+        assert!(reported.first_time("b"));
+        reported.walk_ended();
+        assert!(!reported.first_time("a") && !reported.first_time("b"), "met again in the next walk");
+        reported.walk_ended();
+        assert!(!reported.first_time("a"));
+        reported.walk_ended();
+        // "b" was repaired: the walk above did not meet it.
+        assert!(reported.first_time("b"), "broken again: logged again");
+    }
+
+    #[test]
+    fn logging_unreadable_rows_is_bounded() {
+        let mut reported = Reported::default();
+        let logged = (0..REPORTED_MAX + 10).filter(|i| reported.first_time(&format!("r{i}"))).count();
+        assert_eq!(logged, REPORTED_MAX);
+        reported.walk_ended();
+        assert_eq!(reported.logged.len(), REPORTED_MAX, "it remembers at most the bound");
+        assert!(!reported.first_time("r0"), "a remembered row is not logged again");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_statement_that_never_answers_fails_at_the_deadline() {
         let started = tokio::time::Instant::now();

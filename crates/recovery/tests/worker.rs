@@ -96,6 +96,38 @@ async fn waiting_sagas_do_not_starve_the_scan(db: &TestDb) {
 }
 both_engines!(blocked_rows_do_not_starve_the_scan, waiting_sagas_do_not_starve_the_scan);
 
+/// A row no one can read (edited by hand into a negative version) heads the scan's order; the
+/// sagas behind it, on its page and on the next, are still finished, and it is left as it is.
+async fn an_unreadable_row_does_not_stop_the_scan(db: &TestDb) {
+    let mocks = MockDownstreams::start(MockOptions::default()).await;
+    let events: Vec<_> = ["O-1", "O-2", "O-3"].iter().map(|order| event(order, "PAID", "CN-ZJ")).collect();
+    let sagas = arrive(&db.store, &events, 1, 0).await;
+    let broken = &sagas[1].biz_id;
+    execute(
+        &db.store,
+        &format!("UPDATE saga SET version = -1, lease_until_ms = lease_until_ms - 1000 WHERE biz_id = '{broken}'"),
+    )
+    .await;
+
+    let shutdown = CancellationToken::new();
+    let section = midflight_recovery::RecoverySection { scan_batch: 2, ..section("r1") };
+    let worker = Worker::new(db.store.clone(), mocks.client(), rules(), settings(), section, shutdown.clone());
+    let stats = worker.stats();
+    let running = tokio::spawn(worker.run());
+    let readable = [sagas[0].biz_id.clone(), sagas[2].biz_id.clone()];
+    let statuses = all_terminal(&db.store, &readable, Duration::from_secs(20)).await;
+    assert_eq!(statuses, vec![Status::Done, Status::Done], "the sagas behind the unreadable row are finished");
+    until("the unreadable row is counted at a second walk", || async { stats.snapshot().unreadable >= 2 }).await;
+    shutdown.cancel();
+    let stats_at_end = running.await.expect("join");
+    assert_eq!((stats_at_end.claimed, stats_at_end.finished), (2, 2), "{stats_at_end:?}");
+    execute(&db.store, &format!("UPDATE saga SET version = 1 WHERE biz_id = '{broken}'")).await;
+    let left = db.store.get(broken).await.expect("get").expect("row");
+    assert_eq!(left.status, Status::Received, "left for a person to repair");
+    assert_eq!(db.store.transitions(broken).await.expect("log").len(), 1, "never claimed");
+}
+both_engines!(unreadable_rows_are_stepped_over, an_unreadable_row_does_not_stop_the_scan);
+
 async fn shutdown_leaves_sagas_at_a_durable_point(db: &TestDb) {
     let slow = MethodFaults::with_latency(150, 300);
     let mocks =

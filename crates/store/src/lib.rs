@@ -58,7 +58,7 @@ pub use lookup::LedgerView;
 pub use outbox::OutboxMessage;
 pub use purge::Purged;
 pub use read::{OrderRow, Transition};
-pub use scan::ScanCursor;
+pub use scan::{ScanCursor, ScanPage, Unreadable};
 pub use stats::{StoreCounters, StoreStats};
 pub use ticket::saga_json;
 pub use ticket::{Ticket, TicketState};

@@ -30,10 +30,30 @@ impl ScanCursor {
     }
 }
 
+/// One page of the recovery scan: the sagas read, the rows that could not be read, and where
+/// the next page starts (`None` when this page was the last).
+#[derive(Debug, Default)]
+pub struct ScanPage {
+    pub sagas: Vec<Saga>,
+    /// Rows the scan matched whose values do not convert (a negative version, a column that
+    /// does not decode): no one can drive them until a person repairs the row. They are
+    /// returned, not failed, so one such row does not stop the scan of every row behind it.
+    pub unreadable: Vec<Unreadable>,
+    pub next: Option<ScanCursor>,
+}
+
+/// A row the scan matched but could not read, and why.
+#[derive(Debug)]
+pub struct Unreadable {
+    pub biz_id: String,
+    pub error: Error,
+}
+
 impl Store {
     /// Like [`Store::abandoned`], but only rows after `cursor` in (lease expiry, biz_id) order,
-    /// at most `limit`. `None` starts from the longest-expired row.
-    pub async fn abandoned_after(&self, cursor: Option<&ScanCursor>, limit: u64) -> Result<Vec<Saga>, Error> {
+    /// at most `limit`, with the cursor of the next page when this one is full. The cursor is
+    /// taken from the last row matched, readable or not.
+    pub async fn abandoned_after(&self, cursor: Option<&ScanCursor>, limit: u64) -> Result<ScanPage, Error> {
         let now = dialect::now_ms(self.backend);
         let mut values: Vec<Value> = Vec::with_capacity(4);
         let after = match cursor {
@@ -57,8 +77,22 @@ impl Store {
         let statement = Statement::from_sql_and_values(self.backend, sql, values);
         let rows =
             self.patiently(operation, || self.db.query_all_raw(statement.clone())).await.during(operation, None)?;
-        rows.iter()
-            .map(|r| saga::Model::from_query_result(r, "").during(operation, None).and_then(row::to_saga))
-            .collect()
+        let mut page = ScanPage { sagas: Vec::with_capacity(rows.len()), ..ScanPage::default() };
+        let mut last = None;
+        for r in &rows {
+            // The two columns the order and the cursor are made of come first: a row without
+            // them cannot be stepped over, and fails the page.
+            let biz_id: String = r.try_get("", "biz_id").during(operation, None)?;
+            let lease_until_ms: i64 = r.try_get("", "lease_until_ms").during(operation, Some(&biz_id))?;
+            match saga::Model::from_query_result(r, "").during(operation, Some(&biz_id)).and_then(row::to_saga) {
+                Ok(saga) => page.sagas.push(saga),
+                Err(error) => page.unreadable.push(Unreadable { biz_id: biz_id.clone(), error }),
+            }
+            last = Some(ScanCursor { lease_until_ms, biz_id });
+        }
+        if rows.len() as u64 >= limit {
+            page.next = last;
+        }
+        Ok(page)
     }
 }

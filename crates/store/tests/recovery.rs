@@ -3,7 +3,7 @@
 //! on MySQL/MariaDB (see `both_engines!`).
 
 use midflight_model::{Address, Change, Line, OrderEvent, Saga, Source, Status, Step, request_id};
-use midflight_store::testing::TestDb;
+use midflight_store::testing::{TestDb, execute};
 use midflight_store::{
     Cas, Error, FindingTicket, LOGISTICS_LEDGER_STEP, ScanCursor, Store, TicketOutcome, TicketState, WMS_LEDGER_STEP,
     both_engines,
@@ -51,21 +51,53 @@ async fn paged_scan_walks_the_whole_backlog(db: &TestDb) {
     let mut cursor: Option<ScanCursor> = None;
     for _ in 0..10 {
         let page = store.abandoned_after(cursor.as_ref(), 3).await.expect("scan");
-        seen.extend(page.iter().map(|s| s.biz_id.clone()));
-        if page.len() < 3 {
+        assert!(page.unreadable.is_empty(), "{:?}", page.unreadable);
+        seen.extend(page.sagas.iter().map(|s| s.biz_id.clone()));
+        assert_eq!(page.next.is_some(), page.sagas.len() == 3, "a next page after a full one only");
+        if page.next.is_none() {
             break;
         }
-        cursor = page.last().map(ScanCursor::after);
+        assert_eq!(page.next, page.sagas.last().map(ScanCursor::after));
+        cursor = page.next;
     }
     let mut expected: Vec<String> = orders.iter().map(|o| format!("{o}:PAID")).collect();
     let mut sorted = seen.clone();
     sorted.sort();
     expected.sort();
     assert_eq!(sorted, expected, "every abandoned row once, the live one never: {seen:?}");
-    let first = store.abandoned_after(None, 100).await.expect("scan").len();
+    let first = store.abandoned_after(None, 100).await.expect("scan").sagas.len();
     assert_eq!(first, store.abandoned(100).await.expect("scan").len(), "same rows as the unpaged scan");
 }
 both_engines!(paged_recovery_scan, paged_scan_walks_the_whole_backlog);
+
+async fn unreadable_rows_are_stepped_over(db: &TestDb) {
+    let store = &db.store;
+    let sagas = arrive(store, &["O-1", "O-2", "O-3", "O-4"], 0).await;
+    // Two rows a person edited by hand into values no saga can have, the first of them at the
+    // head of the scan's order.
+    let sql = |biz_id: &str, set: &str| format!("UPDATE saga SET {set} WHERE biz_id = '{biz_id}'");
+    execute(store, &sql(&sagas[1].biz_id, "version = -1, lease_until_ms = lease_until_ms - 1000")).await;
+    execute(store, &sql(&sagas[3].biz_id, "attempts = -5")).await;
+
+    let first = store.abandoned_after(None, 2).await.expect("a page with an unreadable row is still read");
+    let unreadable: Vec<&str> = first.unreadable.iter().map(|u| u.biz_id.as_str()).collect();
+    assert_eq!(unreadable, [sagas[1].biz_id.as_str()]);
+    let error = first.unreadable[0].error.to_string();
+    assert!(error.contains(&sagas[1].biz_id) && error.contains("negative version -1"), "{error}");
+    assert_eq!(first.sagas.len(), 1, "{:?}", first.sagas);
+    let next = first.next.expect("a full page has a next page, whatever its last row was");
+
+    let second = store.abandoned_after(Some(&next), 2).await.expect("scan");
+    let mut seen: Vec<String> = first.sagas.iter().chain(&second.sagas).map(|s| s.biz_id.clone()).collect();
+    seen.sort();
+    assert_eq!(seen, [sagas[0].biz_id.clone(), sagas[2].biz_id.clone()], "every readable row once");
+    let unreadable: Vec<&str> = second.unreadable.iter().map(|u| u.biz_id.as_str()).collect();
+    assert_eq!(unreadable, [sagas[3].biz_id.as_str()]);
+    let last = second.next.expect("the second page is full too");
+    let third = store.abandoned_after(Some(&last), 2).await.expect("scan");
+    assert!(third.sagas.is_empty() && third.unreadable.is_empty() && third.next.is_none(), "{third:?}");
+}
+both_engines!(recovery_scan_steps_over_unreadable_rows, unreadable_rows_are_stepped_over);
 
 async fn request_ids_find_their_saga(db: &TestDb) {
     let store = &db.store;
