@@ -23,8 +23,8 @@ use serde_json::{Map, Value};
 
 pub use sections::{
     DatabaseSection, GROUP_COMMIT_CONCURRENCY_MAX, GROUP_COMMIT_LINGER_MS_MAX, GROUP_COMMIT_MAX, GrpcClientSection,
-    KafkaSection, PING_AFTER_IDLE_MS, RuntimeSection, SESSION_IDLE_TIMEOUT_MS_MIN, ServerSection, TelemetrySection,
-    WORKER_THREADS_MAX, redact_url, with_database_name,
+    KafkaSection, PING_AFTER_IDLE_MS, RuntimeSection, SESSION_IDLE_TIMEOUT_MS_MIN, STATEMENT_TIMEOUT_MS_MIN,
+    ServerSection, TelemetrySection, WORKER_THREADS_MAX, redact_url, with_database_name,
 };
 
 /// Prefix of the environment variables the loader reads.

@@ -100,6 +100,9 @@ pub const PING_AFTER_IDLE_MS: u64 = 30_000;
 /// Shortest `database.session_idle_timeout_ms` (other than 0): twice [`PING_AFTER_IDLE_MS`], so
 /// every connection the server may have closed for idling is checked before it is used.
 pub const SESSION_IDLE_TIMEOUT_MS_MIN: u64 = 60_000;
+/// Shortest `database.statement_timeout_ms` (other than 0): a second. Every statement of the
+/// hot path takes milliseconds; a bound much shorter would cut off ordinary lock waits.
+pub const STATEMENT_TIMEOUT_MS_MIN: u64 = 1_000;
 
 /// The saga database (MySQL 8 / MariaDB, or SQLite).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -153,6 +156,14 @@ pub struct DatabaseSection {
     /// use after 30 s, so no operation fails, but the server logs an aborted connection and
     /// the pool a warning. 0 leaves the server's settings.
     pub session_idle_timeout_ms: u64,
+    /// MySQL and MariaDB: the server stops any one statement of ours that runs this long
+    /// (MariaDB's `max_statement_time`, for every statement; MySQL's `max_execution_time`,
+    /// which bounds only SELECTs), so a statement that waits on a metadata lock (the server's
+    /// `lock_wait_timeout` is a year by default) or runs a plan gone wrong fails instead of
+    /// holding its task and its row locks. Set for each pooled connection. The default is
+    /// above InnoDB's row lock wait (50 s), which still ends those first. Migrations run
+    /// unbounded. 0 leaves the server's settings.
+    pub statement_timeout_ms: u64,
 }
 
 impl Default for DatabaseSection {
@@ -167,6 +178,7 @@ impl Default for DatabaseSection {
             group_commit_concurrency: 4,
             group_commit_linger_ms: 0,
             session_idle_timeout_ms: 120_000,
+            statement_timeout_ms: 60_000,
         }
     }
 }
@@ -202,6 +214,14 @@ impl DatabaseSection {
                 "{at}.session_idle_timeout_ms must be 0 (the server's own) or in {SESSION_IDLE_TIMEOUT_MS_MIN}..={}, got {}",
                 IDLE_TIMEOUT_MS_MAX * 24,
                 self.session_idle_timeout_ms
+            ));
+        }
+        if self.statement_timeout_ms != 0
+            && !(STATEMENT_TIMEOUT_MS_MIN..=IDLE_TIMEOUT_MS_MAX).contains(&self.statement_timeout_ms)
+        {
+            problems.push(format!(
+                "{at}.statement_timeout_ms must be 0 (the server's own) or in {STATEMENT_TIMEOUT_MS_MIN}..={IDLE_TIMEOUT_MS_MAX}, got {}",
+                self.statement_timeout_ms
             ));
         }
         if self.group_commit_linger_ms > GROUP_COMMIT_LINGER_MS_MAX {

@@ -84,6 +84,18 @@ fn validation_reports_every_problem() {
     for allowed in ["0", "60000"] {
         load::<Demo>(&sources(&[], &[&format!("database.session_idle_timeout_ms={allowed}")])).expect(allowed);
     }
+    for refused in ["999", "3600001"] {
+        let err =
+            load::<Demo>(&sources(&[], &[&format!("database.statement_timeout_ms={refused}")])).expect_err(refused);
+        let text = err.to_string();
+        assert!(
+            text.contains("database.statement_timeout_ms must be 0 (the server's own) or in 1000..=3600000"),
+            "{text}"
+        );
+    }
+    for allowed in ["0", "1000", "3600000"] {
+        load::<Demo>(&sources(&[], &[&format!("database.statement_timeout_ms={allowed}")])).expect(allowed);
+    }
 }
 
 #[test]

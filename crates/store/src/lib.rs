@@ -118,7 +118,7 @@ impl Store {
             .test_before_acquire_if_idle_for(Duration::from_millis(midflight_config::PING_AFTER_IDLE_MS))
             .sqlx_logging(false)
             .map_sqlx_mysql_opts(|options| options.statement_cache_capacity(dialect::STATEMENT_CACHE))
-            .map_sqlx_mysql_pool_opts(session_settings(section.session_idle_timeout_ms))
+            .map_sqlx_mysql_pool_opts(session_settings(section))
             .map_sqlx_sqlite_opts(|options| {
                 options
                     .journal_mode(sea_orm::sqlx::sqlite::SqliteJournalMode::Wal)
@@ -205,29 +205,54 @@ impl Store {
 }
 
 /// What each new MySQL connection runs first: how long the server lets the session sit idle
-/// (`database.session_idle_timeout_ms`, rounded up to whole seconds; nothing when 0). MariaDB
-/// ends a session idle that long inside a transaction (`idle_transaction_timeout`), and no
-/// other; MySQL, which has no such setting, ends any session idle that long (`wait_timeout`),
-/// pooled idle connections included (they are pinged before use, and the server logs an
-/// aborted connection).
-fn session_settings(idle_timeout_ms: u64) -> impl Fn(MySqlPoolOptions) -> MySqlPoolOptions + Send + Sync + 'static {
+/// (`database.session_idle_timeout_ms`) and how long it lets one statement run
+/// (`database.statement_timeout_ms`); see [`session_sql`]. Nothing when both are 0.
+fn session_settings(
+    section: &DatabaseSection,
+) -> impl Fn(MySqlPoolOptions) -> MySqlPoolOptions + Send + Sync + 'static {
+    let (idle_ms, statement_ms) = (section.session_idle_timeout_ms, section.statement_timeout_ms);
     move |pool| {
-        if idle_timeout_ms == 0 {
+        if idle_ms == 0 && statement_ms == 0 {
             return pool;
         }
-        let seconds = idle_timeout_ms.div_ceil(1_000);
         pool.after_connect(move |connection, _| {
             Box::pin(async move {
                 use sea_orm::sqlx::Executor;
                 let version: String =
                     sea_orm::sqlx::query_scalar("SELECT VERSION()").fetch_one(&mut *connection).await?;
-                let variable = if version.contains("MariaDB") { "idle_transaction_timeout" } else { "wait_timeout" };
-                // Our own text with a number in it, not input.
-                let sql = sea_orm::sqlx::AssertSqlSafe(format!("SET SESSION {variable} = {seconds}"));
-                connection.execute(sea_orm::sqlx::raw_sql(sql)).await.map(|_| ())
+                let Some(sql) = session_sql(version.contains("MariaDB"), idle_ms, statement_ms) else { return Ok(()) };
+                // Our own text with numbers in it, not input.
+                connection.execute(sea_orm::sqlx::raw_sql(sea_orm::sqlx::AssertSqlSafe(sql))).await.map(|_| ())
             })
         })
     }
+}
+
+/// The `SET SESSION` for a MariaDB (`mariadb`) or MySQL server, or `None` when both settings
+/// are 0 (the server's own).
+///
+/// Idle: MariaDB ends a session idle `idle_ms` (rounded up to whole seconds) inside a
+/// transaction (`idle_transaction_timeout`), and no other; MySQL, which has no such setting,
+/// ends any session idle that long (`wait_timeout`), pooled idle connections included (they
+/// are pinged before use, and the server logs an aborted connection).
+///
+/// Statements: MariaDB stops any statement that runs `statement_ms` (`max_statement_time`, in
+/// seconds with a fraction); MySQL only SELECTs (`max_execution_time`, in milliseconds).
+/// Migrations lift it for their own statements (`migrate`).
+fn session_sql(mariadb: bool, idle_ms: u64, statement_ms: u64) -> Option<String> {
+    let mut assignments = Vec::with_capacity(2);
+    if idle_ms > 0 {
+        let variable = if mariadb { "idle_transaction_timeout" } else { "wait_timeout" };
+        assignments.push(format!("{variable} = {}", idle_ms.div_ceil(1_000)));
+    }
+    if statement_ms > 0 {
+        assignments.push(if mariadb {
+            format!("max_statement_time = {}.{:03}", statement_ms / 1_000, statement_ms % 1_000)
+        } else {
+            format!("max_execution_time = {statement_ms}")
+        });
+    }
+    (!assignments.is_empty()).then(|| format!("SET SESSION {}", assignments.join(", ")))
 }
 
 type MySqlPoolOptions = sea_orm::sqlx::pool::PoolOptions<sea_orm::sqlx::MySql>;
@@ -240,4 +265,30 @@ pub fn migration_files() -> &'static [(&'static str, &'static str)] {
 /// Splits a migration file into statements (exposed for the tidy test).
 pub fn migration_statements(sql: &str) -> Vec<String> {
     migrate::statements(sql)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::session_sql;
+
+    #[test]
+    fn session_settings_name_each_servers_variables() {
+        assert_eq!(session_sql(true, 0, 0), None, "both 0: the server's own");
+        assert_eq!(session_sql(false, 0, 0), None);
+        assert_eq!(
+            session_sql(true, 120_000, 60_000).as_deref(),
+            Some("SET SESSION idle_transaction_timeout = 120, max_statement_time = 60.000")
+        );
+        assert_eq!(
+            session_sql(false, 120_000, 60_000).as_deref(),
+            Some("SET SESSION wait_timeout = 120, max_execution_time = 60000")
+        );
+        assert_eq!(
+            session_sql(true, 60_001, 0).as_deref(),
+            Some("SET SESSION idle_transaction_timeout = 61"),
+            "rounded up to whole seconds"
+        );
+        assert_eq!(session_sql(true, 0, 1_250).as_deref(), Some("SET SESSION max_statement_time = 1.250"));
+        assert_eq!(session_sql(false, 0, 1_250).as_deref(), Some("SET SESSION max_execution_time = 1250"));
+    }
 }

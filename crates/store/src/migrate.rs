@@ -5,7 +5,7 @@
 //! accept (types, `--` comments, separate `CREATE INDEX`), and split into statements at lines
 //! ending with `;` (a tidy test keeps `;` out of comments).
 
-use sea_orm::DbErr;
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
 use sea_orm_migration::prelude::*;
 
 /// The migration files, in order: (name, SQL).
@@ -41,8 +41,17 @@ impl MigrationName for SqlFile {
 #[async_trait::async_trait]
 impl MigrationTrait for SqlFile {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let connection = manager.get_connection();
+        let mariadb = match connection.get_database_backend() {
+            DbBackend::MySql => {
+                let version =
+                    connection.query_one_raw(Statement::from_string(DbBackend::MySql, "SELECT VERSION() AS v")).await?;
+                version.map(|row| row.try_get::<String>("", "v")).transpose()?.is_some_and(|v| v.contains("MariaDB"))
+            }
+            _ => false,
+        };
         for statement in statements(self.sql) {
-            manager.get_connection().execute_unprepared(&statement).await?;
+            connection.execute_unprepared(&unbounded(&statement, mariadb)).await?;
         }
         Ok(())
     }
@@ -50,6 +59,13 @@ impl MigrationTrait for SqlFile {
     async fn down(&self, _manager: &SchemaManager) -> Result<(), DbErr> {
         Err(DbErr::Migration(format!("{} cannot be undone automatically: restore from a backup", self.name)))
     }
+}
+
+/// `statement` free of the pooled connections' `database.statement_timeout_ms`: building an
+/// index on a large table may take longer than any statement of the services. MariaDB's bound
+/// covers every statement and is lifted for this one; MySQL's covers SELECTs only.
+fn unbounded(statement: &str, mariadb: bool) -> String {
+    if mariadb { format!("SET STATEMENT max_statement_time = 0 FOR {statement}") } else { statement.to_owned() }
 }
 
 /// Splits a file into statements at lines that end with `;`.

@@ -969,6 +969,77 @@ async fn budget_is_the_servers(db: &TestDb) {
 }
 both_engines!(connection_budget_is_read_from_the_server, budget_is_the_servers);
 
+/// A statement that runs past `database.statement_timeout_ms` is stopped by the server: here an
+/// update waiting on a row another transaction holds fails after a second instead of waiting
+/// out InnoDB's 50 s. Migrations run free of it: one whose ALTER waits longer than that on a
+/// metadata lock still completes. MariaDB only for the two waits (MySQL's bound covers SELECTs
+/// only; there the session variable is checked); SQLite has no sessions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_statement_past_its_bound_is_stopped_by_the_server() {
+    let Some(db) = TestDb::fresh(Engine::MySql).await else { return };
+    let saga = arrive(&db.store, received(&db.store, "SLOW-1", 1).await, "c1", LEASE_MS).await;
+    let section = midflight_config::DatabaseSection {
+        url: db.url.clone(),
+        max_connections: 2,
+        statement_timeout_ms: 1_000,
+        ..midflight_config::DatabaseSection::default()
+    };
+    let bounded = Store::connect(&section).await.expect("connect");
+    let read = |store: &Store, sql: &str| {
+        let (connection, statement) = (store.connection().clone(), Statement::from_string(DbBackend::MySql, sql));
+        async move { connection.query_one_raw(statement).await.expect("read").expect("a row") }
+    };
+    let version: String = read(&bounded, "SELECT VERSION() AS v").await.try_get("", "v").expect("version");
+    if !version.contains("MariaDB") {
+        let bound: u64 = read(&bounded, "SELECT @@SESSION.max_execution_time AS t").await.try_get("", "t").expect("t");
+        assert_eq!(bound, 1_000, "MySQL: max_execution_time");
+        return;
+    }
+    let bound: f64 = read(&bounded, "SELECT @@SESSION.max_statement_time AS t").await.try_get("", "t").expect("t");
+    assert!((bound - 1.0).abs() < 1e-9, "MariaDB: max_statement_time {bound}");
+
+    let update = Statement::from_sql_and_values(
+        DbBackend::MySql,
+        "UPDATE saga SET attempts = attempts + 1 WHERE biz_id = ?",
+        [saga.biz_id.clone().into()],
+    );
+    let holder = db.store.connection().begin().await.expect("begin");
+    holder.execute_raw(update.clone()).await.expect("lock the row");
+    let waiting = bounded.connection().execute_raw(update);
+    let error = tokio::time::timeout(std::time::Duration::from_secs(20), waiting)
+        .await
+        .expect("stopped well before the server's lock wait ends")
+        .expect_err("stopped by the server");
+    assert!(error.to_string().contains("max_statement_time"), "{error}");
+    holder.rollback().await.expect("rollback");
+
+    // The last migration undone, and a reader holding the table's metadata lock: the bounded
+    // store's migration waits on it past its statement bound, and completes once it is let go.
+    for sql in [
+        "DELETE FROM seaql_migrations WHERE version = '0007_transition_call_time'",
+        "ALTER TABLE saga_transition DROP COLUMN call_ms",
+    ] {
+        midflight_store::testing::execute(&db.store, sql).await;
+    }
+    let reader = db.store.connection().begin().await.expect("begin");
+    reader
+        .query_one_raw(Statement::from_string(DbBackend::MySql, "SELECT COUNT(*) AS n FROM saga_transition"))
+        .await
+        .expect("read");
+    let migrating = tokio::spawn(async move { bounded.migrate().await });
+    let waited = "SELECT COUNT(*) AS n FROM information_schema.processlist \
+                  WHERE state LIKE 'Waiting for table metadata lock' AND info LIKE '%ALTER TABLE saga_transition%' AND time >= 2";
+    until("the migration to wait on the metadata lock past its bound", || async {
+        read(&db.store, waited).await.try_get::<i64>("", "n").expect("n") == 1
+    })
+    .await;
+    reader.rollback().await.expect("let the lock go");
+    migrating.await.expect("join").expect("the migration completes");
+    let columns = "SELECT COUNT(*) AS n FROM information_schema.columns \
+                   WHERE table_schema = DATABASE() AND table_name = 'saga_transition' AND column_name = 'call_ms'";
+    assert_eq!(read(&db.store, columns).await.try_get::<i64>("", "n").expect("n"), 1, "the column is back");
+}
+
 /// A transaction its client left idle (begun, one row locked, then nothing: a process frozen
 /// or cut off mid-transaction) is ended by the server after `database.session_idle_timeout_ms`,
 /// and its row lock with it, so a writer waiting on that row goes on instead of waiting out the
