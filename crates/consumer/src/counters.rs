@@ -51,6 +51,9 @@ counters! {
     skipped,
     /// Redelivered messages dropped because this process is driving them already.
     duplicates_in_flight,
+    /// Redelivered messages whose row cannot be read (a value no saga can have): left, as the
+    /// recovery scan leaves it, for a person to repair; the message is in the row.
+    unreadable,
     /// Redelivered messages with an expired lease, handed to the claim path.
     claims,
     /// Claims someone else won (or that found the row no longer claimable).

@@ -285,7 +285,7 @@ impl<D: Downstream> Pipeline<D> {
             if let Ok(Some(durable)) = result {
                 self.orphans.extend(durable.arrivals.into_iter().filter_map(|arrival| match arrival {
                     Arrival::Fresh(saga) => Some(saga),
-                    Arrival::Existing(_) => None,
+                    Arrival::Existing(_) | Arrival::Unreadable { .. } => None,
                 }));
             }
             return Ok(false);
@@ -363,6 +363,10 @@ impl<D: Downstream> Pipeline<D> {
                 }
                 Arrival::Existing(saga) if parked.contains(&saga.biz_id) => {}
                 Arrival::Existing(saga) => self.redelivered(saga, now_ms),
+                Arrival::Unreadable { biz_id, error } => {
+                    Counters::add(&self.counters.unreadable, 1);
+                    tracing::error!(%biz_id, %error, "redelivered saga's row cannot be read; left for a person to repair");
+                }
             }
         }
     }

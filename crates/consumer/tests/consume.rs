@@ -589,6 +589,41 @@ async fn expired_lease_redelivered(db: &TestDb) {
 }
 both_engines!(redelivered_expired_lease_is_claimed, expired_lease_redelivered);
 
+/// A redelivered message whose row cannot be read (edited by hand into a negative version) is
+/// left, counted and committed past; the messages around it on its partition are driven, and
+/// the consumer goes on. Before, the inbox write failed on that row at every try until the
+/// consumer stopped, and again after every restart.
+async fn unreadable_row_redelivered(db: &TestDb) {
+    let harness = Harness::start(MockOptions::default()).await;
+    let events = [event("U-1", "PAID"), event("U-2", "PAID"), event("U-3", "PAID")];
+    // One partition for all three, so the unreadable row sits between the other two.
+    let records: Vec<Record> = events.iter().map(|e| Record { partition: Some(0), ..record(e) }).collect();
+    let placed = harness.produce(&records).await;
+    let now = db.store.now_ms().await.expect("clock");
+    let source = Source { topic: ORDERS.into(), partition: placed[1].0, offset: placed[1].1 };
+    let row = Saga::received(&events[1], source, now, now + 600_000);
+    db.store.insert_arrivals(&[row], "dead-consumer", 0, "consumer:dead-consumer").await.expect("insert");
+    let broken = events[1].biz_id();
+    midflight_store::testing::execute(&db.store, &format!("UPDATE saga SET version = -1 WHERE biz_id = '{broken}'"))
+        .await;
+
+    let consumer = harness.start_consumer(harness.config("g", "c1"), &db.store);
+    eventually("the readable sagas finished", || async {
+        let s = consumer.snapshot();
+        if s.done == 2 && s.unreadable == 1 { Ok(()) } else { Err(format!("{s:?}")) }
+    })
+    .await;
+    harness.assert_all_committed("g").await;
+    let snapshot = consumer.stop().await;
+    assert_eq!((snapshot.fresh, snapshot.claims, snapshot.unreadable), (2, 0, 1), "{snapshot:?}");
+    let sent = harness.downstream.count(Call::LockStock);
+    assert!(!sent.contains_key(&broken), "nothing sent for the unreadable row: {sent:?}");
+    assert_sent_once(&harness.downstream, Call::LockStock, &[events[0].clone(), events[2].clone()]);
+    let log = db.store.transitions(&broken).await.expect("log");
+    assert_eq!(log.len(), 1, "the unreadable row is left as it was: {log:?}");
+}
+both_engines!(redelivered_unreadable_row_is_left, unreadable_row_redelivered);
+
 async fn static_restart(db: &TestDb) {
     let harness = Harness::start(MockOptions::default()).await;
     // Static membership is honoured under KIP-848 (`group.protocol=consumer`); the classic

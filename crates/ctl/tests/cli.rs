@@ -65,7 +65,14 @@ async fn arrive(store: &Store, order_no: &str, offset: i64) -> Saga {
     let now = store.now_ms().await.expect("clock");
     let source = Source { topic: "orders".into(), partition: 0, offset };
     let saga = Saga::received(&event(order_no), source, now, now + 600_000);
-    store.insert_arrivals(&[saga], "c1", 60_000, "consumer:c1").await.expect("insert").remove(0).saga().clone()
+    store
+        .insert_arrivals(&[saga], "c1", 60_000, "consumer:c1")
+        .await
+        .expect("insert")
+        .remove(0)
+        .saga()
+        .expect("readable")
+        .clone()
 }
 
 /// A saga automation gave up on: MANUAL_REVIEW with an open WMS ticket.

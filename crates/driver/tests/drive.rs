@@ -149,7 +149,7 @@ async fn open_in_the_inbox<D: Downstream>(db: &TestDb, consumer: &Driver<D>) -> 
         .await
         .expect("receive");
     assert!(received.opened.contains(&saga.biz_id));
-    let opened = received.arrivals[0].saga().clone();
+    let opened = received.arrivals[0].saga().expect("readable").clone();
     (saga, opened, call)
 }
 

@@ -142,7 +142,7 @@ async fn abandon(store: &Store, sagas: usize) -> HashMap<String, i64> {
             .collect();
         let arrivals = store.insert_arrivals(&rows, "dead-consumer", lease_ms, "consumer:dead").await.expect("insert");
         for arrival in arrivals {
-            let saga = arrival.saga();
+            let saga = arrival.saga().expect("readable");
             expiries.insert(saga.biz_id.clone(), saga.lease.until_ms);
         }
     }

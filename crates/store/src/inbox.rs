@@ -29,12 +29,25 @@ pub enum Arrival {
     Fresh(Saga),
     /// The row existed already (a redelivery): the caller looks at it and usually leaves it.
     Existing(Saga),
+    /// The row existed already and cannot be read (a value no saga can have, left by an edit
+    /// by hand or a bad restore): nobody can drive it until a person repairs it. The message
+    /// is in the row; the caller leaves it, as the recovery scan does.
+    Unreadable { biz_id: String, error: String },
 }
 
 impl Arrival {
-    pub fn saga(&self) -> &Saga {
+    /// The row, unless it could not be read.
+    pub fn saga(&self) -> Option<&Saga> {
         match self {
-            Arrival::Fresh(saga) | Arrival::Existing(saga) => saga,
+            Arrival::Fresh(saga) | Arrival::Existing(saga) => Some(saga),
+            Arrival::Unreadable { .. } => None,
+        }
+    }
+
+    pub fn biz_id(&self) -> &str {
+        match self {
+            Arrival::Fresh(saga) | Arrival::Existing(saga) => &saga.biz_id,
+            Arrival::Unreadable { biz_id, .. } => biz_id,
         }
     }
 }
@@ -289,7 +302,8 @@ impl Store {
         let rows = dialect::padded(sagas.iter().map(|saga| (saga, members.get(saga.biz_id.as_str()))).collect());
         let (insert, log) = self.arrival_statements(&rows, owner, lease_ms, actor);
         txn.execute_raw(insert).await.during("insert inbox rows", None)?;
-        let stored = self.stored(&txn, sagas).await?;
+        // A row found but unreadable is not this insert's: the general path reports it.
+        let stored = self.stored(&txn, sagas).await?.rows;
         let mut arrivals = Vec::with_capacity(sagas.len());
         for saga in sagas {
             let Some(row) = stored.get(&saga.biz_id) else { return self.give_way(txn).await };
@@ -344,7 +358,7 @@ impl Store {
         let mut reopened = HashSet::new();
         let mut seen = HashSet::with_capacity(arrivals.len());
         for arrival in arrivals.iter_mut() {
-            let first = seen.insert(arrival.saga().biz_id.clone());
+            let first = seen.insert(arrival.biz_id().to_owned());
             let Arrival::Existing(saga) = arrival else { continue };
             let Some(change) = openings.get(&saga.biz_id).map(AsRef::as_ref) else { continue };
             let as_opened = saga.lease.owner_id.as_deref() == Some(owner)
@@ -451,10 +465,14 @@ impl Store {
 
     /// Reads `sagas`' rows back on `conn` and tells which are fresh (ours to drive).
     async fn classify<C: ConnectionTrait>(&self, conn: &C, sagas: &[Saga], owner: &str) -> Result<Vec<Arrival>, Error> {
-        let by_id = self.stored(conn, sagas).await?;
+        let Stored { rows: by_id, unreadable } = self.stored(conn, sagas).await?;
         let mut out = Vec::with_capacity(sagas.len());
         let mut seen = HashSet::with_capacity(sagas.len());
         for wanted in sagas {
+            if let Some(error) = unreadable.get(&wanted.biz_id) {
+                out.push(Arrival::Unreadable { biz_id: wanted.biz_id.clone(), error: error.clone() });
+                continue;
+            }
             let stored = by_id.get(&wanted.biz_id).cloned().ok_or_else(|| Error::Corrupt {
                 biz_id: wanted.biz_id.clone(),
                 message: "inserted row not found right after the insert".to_owned(),
@@ -470,20 +488,35 @@ impl Store {
         Ok(out)
     }
 
-    /// `sagas`' rows as `conn` sees them, by biz_id (those it finds).
-    async fn stored<C: ConnectionTrait>(&self, conn: &C, sagas: &[Saga]) -> Result<HashMap<String, Saga>, Error> {
+    /// `sagas`' rows as `conn` sees them, by biz_id (those it finds), and apart from them the
+    /// ones it finds but cannot read, with why.
+    async fn stored<C: ConnectionTrait>(&self, conn: &C, sagas: &[Saga]) -> Result<Stored, Error> {
         let ids = dialect::padded(sagas.iter().map(|s| s.biz_id.clone()).collect());
         let stored = saga::Entity::find()
             .filter(saga::Column::BizId.is_in(ids))
             .all(conn)
             .await
             .during("read inbox rows", None)?;
-        let mut by_id = HashMap::with_capacity(stored.len());
+        let mut out = Stored { rows: HashMap::with_capacity(stored.len()), unreadable: HashMap::new() };
         for model in stored {
-            by_id.insert(model.biz_id.clone(), row::to_saga(model)?);
+            let biz_id = model.biz_id.clone();
+            match row::to_saga(model) {
+                Ok(saga) => {
+                    out.rows.insert(biz_id, saga);
+                }
+                Err(error) => {
+                    out.unreadable.insert(biz_id, error.to_string());
+                }
+            }
         }
-        Ok(by_id)
+        Ok(out)
     }
+}
+
+/// What [`Store::stored`] found.
+struct Stored {
+    rows: HashMap<String, Saga>,
+    unreadable: HashMap<String, String>,
 }
 
 /// Rolls back a transaction of [`Store::receive`]'s first path, which then leaves the batch

@@ -38,7 +38,7 @@ async fn arrive(store: &Store, orders: &[&str], lease_ms: i64) -> Vec<Saga> {
         })
         .collect();
     let arrivals = store.insert_arrivals(&sagas, "c1", lease_ms, "consumer:c1").await.expect("insert");
-    arrivals.into_iter().map(|a| a.saga().clone()).collect()
+    arrivals.into_iter().map(|a| a.saga().expect("readable").clone()).collect()
 }
 
 async fn paged_scan_walks_the_whole_backlog(db: &TestDb) {

@@ -68,7 +68,7 @@ async fn inbox_is_idempotent(db: &TestDb) {
     let first = store.insert_arrivals(&batch, "c1", LEASE_MS, "consumer:c1").await.expect("insert");
     let kinds: Vec<bool> = first.iter().map(|x| matches!(x, Arrival::Fresh(_))).collect();
     assert_eq!(kinds, vec![true, true, false], "a duplicate inside one batch is not fresh twice");
-    let fresh = first[0].saga();
+    let fresh = first[0].saga().expect("readable");
     assert_eq!((fresh.status, fresh.version, fresh.lease.epoch), (Status::Received, 0, 1));
     assert_eq!(fresh.lease.owner_id.as_deref(), Some("c1"));
     assert_eq!(fresh.order().expect("payload round-trips").address.city, "上海");
@@ -99,10 +99,14 @@ async fn inbox_batch_with_repeats_and_padding(db: &TestDb) {
     let arrivals = store.insert_arrivals(&batch, "c1", LEASE_MS, "consumer:c1").await.expect("insert");
     assert_eq!(arrivals.len(), 100);
     for (n, (sent, arrival)) in batch.iter().zip(&arrivals).enumerate() {
-        assert_eq!(arrival.saga().biz_id, sent.biz_id, "in input order");
+        assert_eq!(arrival.saga().expect("readable").biz_id, sent.biz_id, "in input order");
         assert_eq!(matches!(arrival, Arrival::Fresh(_)), n < 98, "{n}: {arrival:?}");
     }
-    assert_eq!(arrivals[98].saga().lease.owner_id.as_deref(), Some("c0"), "the earlier row is untouched");
+    assert_eq!(
+        arrivals[98].saga().expect("readable").lease.owner_id.as_deref(),
+        Some("c0"),
+        "the earlier row is untouched"
+    );
     for sent in &batch[..98] {
         let log = store.transitions(&sent.biz_id).await.expect("log");
         assert_eq!(log.len(), 1, "{}: one arrival row", sent.biz_id);
@@ -117,7 +121,7 @@ async fn poison_is_parked_unleased(db: &TestDb) {
     let error = OrderEvent::parse(b"{oops").expect_err("poison");
     let parked = Saga::parked(source, "{oops".into(), &error, now);
     let arrivals = store.insert_arrivals(&[parked], "c1", LEASE_MS, "consumer:c1").await.expect("insert");
-    let saga = arrivals[0].saga();
+    let saga = arrivals[0].saga().expect("readable");
     assert!(matches!(arrivals[0], Arrival::Existing(_)), "a parked row is nobody's to drive");
     assert_eq!(saga.status, Status::Parked);
     assert_eq!(saga.biz_id, "parked:orders:1:9");
@@ -321,7 +325,8 @@ async fn earlier_unfinished_saga_of_the_order_blocks(db: &TestDb) {
         now + 600_000,
     );
     let arrivals = store.insert_arrivals(&[first, second], "c1", LEASE_MS, "c1").await.expect("insert");
-    let (first, second) = (arrivals[0].saga().clone(), arrivals[1].saga().clone());
+    let (first, second) =
+        (arrivals[0].saga().expect("readable").clone(), arrivals[1].saga().expect("readable").clone());
     assert_eq!(store.earlier_unfinished(&second).await.expect("check"), Some(first.biz_id.clone()));
     assert_eq!(store.earlier_unfinished(&first).await.expect("check"), None);
     // The batch form answers the same for both at once (another order's saga is never blocked).
@@ -375,8 +380,13 @@ async fn receive_opens_fresh_rows_nothing_holds_back(db: &TestDb) {
         std::collections::HashSet::from([later.biz_id.clone(), same_order.biz_id.clone()]),
         "held back by an unfinished saga of the order, committed before or in the same batch"
     );
-    let statuses: Vec<(bool, Status, u64)> =
-        received.arrivals.iter().map(|a| (matches!(a, Arrival::Fresh(_)), a.saga().status, a.saga().version)).collect();
+    let statuses: Vec<(bool, Status, u64)> = received
+        .arrivals
+        .iter()
+        .map(|a| {
+            (matches!(a, Arrival::Fresh(_)), a.saga().expect("readable").status, a.saga().expect("readable").version)
+        })
+        .collect();
     assert_eq!(
         statuses,
         [
@@ -393,8 +403,13 @@ async fn receive_opens_fresh_rows_nothing_holds_back(db: &TestDb) {
     let retried = store.stats();
     assert_eq!(again.opened, received.opened);
     assert_eq!(again.maybe_blocked, received.maybe_blocked);
-    let again_statuses: Vec<(bool, Status, u64)> =
-        again.arrivals.iter().map(|a| (matches!(a, Arrival::Fresh(_)), a.saga().status, a.saga().version)).collect();
+    let again_statuses: Vec<(bool, Status, u64)> = again
+        .arrivals
+        .iter()
+        .map(|a| {
+            (matches!(a, Arrival::Fresh(_)), a.saga().expect("readable").status, a.saga().expect("readable").version)
+        })
+        .collect();
     assert_eq!(again_statuses, statuses);
     assert_eq!(retried.transitions, after.transitions, "nothing opened twice");
     // Another owner, or another clock reading, is not that retry: the row is someone's work.
@@ -404,7 +419,7 @@ async fn receive_opens_fresh_rows_nothing_holds_back(db: &TestDb) {
     assert!(later_call.opened.is_empty() && matches!(later_call.arrivals[2], Arrival::Existing(_)));
     // The opened row is as a write of its own would have left it: leased to c1, in the table,
     // with its log rows and its business row.
-    let row = received.arrivals[2].saga();
+    let row = received.arrivals[2].saga().expect("readable");
     let mut stored = store.get(&opened.biz_id).await.expect("get").expect("row");
     assert!(stored.lease.until_ms > stored.updated_at_ms, "still leased");
     // As after any write, the lease's end is the caller's estimate; the table has the database's.
@@ -515,15 +530,18 @@ async fn receive_opens_on_insert_as_the_general_path_does(db: &TestDb) {
     let mut general_arrivals = general.arrivals.clone();
     assert!(matches!(general_arrivals.remove(1), Arrival::Existing(_)), "the redelivered row is someone's work");
     let shape = |arrivals: &[Arrival], prefix: &str| -> Vec<(bool, String)> {
-        arrivals.iter().map(|a| (matches!(a, Arrival::Fresh(_)), comparable(a.saga(), prefix))).collect()
+        arrivals
+            .iter()
+            .map(|a| (matches!(a, Arrival::Fresh(_)), comparable(a.saga().expect("readable"), prefix)))
+            .collect()
     };
     assert_eq!(shape(&fresh.arrivals, "A"), shape(&general_arrivals, "B"), "the same arrivals either way");
-    assert_eq!(fresh.arrivals[1].saga().status, Status::WmsRequested);
+    assert_eq!(fresh.arrivals[1].saga().expect("readable").status, Status::WmsRequested);
     assert!(matches!(fresh.arrivals[4], Arrival::Existing(_)), "a parked row is nobody's to drive");
     for (arrivals, index) in
         [(&fresh.arrivals, 1), (&fresh.arrivals, 5), (&general_arrivals, 1), (&general_arrivals, 5)]
     {
-        let saga = arrivals[index].saga();
+        let saga = arrivals[index].saga().expect("readable");
         assert_eq!(saga.lease.until_ms, saga.updated_at_ms + LEASE_MS, "{}: held for the lease asked", saga.biz_id);
     }
 
@@ -568,7 +586,8 @@ async fn receive_opens_on_insert_as_the_general_path_does(db: &TestDb) {
     );
     // The holder drives on from the row opened on insert as from any write of its own.
     for index in [1, 5] {
-        let next = step(store, fresh.arrivals[index].saga(), Observation::Wms(WmsAnswer::Locked)).await;
+        let next =
+            step(store, fresh.arrivals[index].saga().expect("readable"), Observation::Wms(WmsAnswer::Locked)).await;
         assert_eq!(next.status, Status::LogisticsRequested);
     }
 }

@@ -59,7 +59,7 @@ pub async fn arrive(store: &Store, events: &[OrderEvent], first_offset: i64, lea
     let mut out = Vec::with_capacity(sagas.len());
     for chunk in sagas.chunks(midflight_store::BATCH_ROWS_MAX) {
         let arrivals = store.insert_arrivals(chunk, "dead-consumer", lease_ms, "consumer:dead-consumer").await;
-        out.extend(arrivals.expect("insert arrivals").into_iter().map(|a| a.saga().clone()));
+        out.extend(arrivals.expect("insert arrivals").into_iter().map(|a| a.saga().expect("readable").clone()));
     }
     out
 }
