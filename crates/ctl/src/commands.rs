@@ -37,7 +37,10 @@ impl Out {
 
 pub async fn run(cli: Cli) -> anyhow::Result<Done> {
     let config: RecoveryConfig = midflight_config::load(&Sources::from_process(cli.config.clone(), cli.set.clone()))?;
-    let store = Store::connect(&config.database).await.context("cannot open the saga database")?;
+    // A person runs these and can stop them, and a listing may read the whole table (no index
+    // orders it by time): longer than the services' bound on one statement allows.
+    let database = midflight_config::DatabaseSection { statement_timeout_ms: 0, ..config.database.clone() };
+    let store = Store::connect(&database).await.context("cannot open the saga database")?;
     let out = Out { json: cli.json };
     let result = dispatch(&store, &config, out, cli.command).await;
     store.close().await.ok();

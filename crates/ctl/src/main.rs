@@ -6,7 +6,9 @@
 //! Every write is a compare-and-set on the version the operator looked at, recorded in the
 //! transition log under `operator:<name>`; when the row changed underneath it is refused with
 //! exit code 3 and nothing is written. The database comes from the same configuration as the
-//! recovery worker (`--config`, `MIDFLIGHT_DATABASE__URL`, or `--set database.url=...`).
+//! recovery worker (`--config`, `MIDFLIGHT_DATABASE__URL`, or `--set database.url=...`), except
+//! `database.statement_timeout_ms`: its statements run as long as they take, since a listing
+//! may read the whole table.
 
 mod commands;
 mod render;

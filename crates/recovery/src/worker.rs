@@ -183,15 +183,20 @@ impl<D: Downstream> Worker<D> {
             }
             while drives.try_join_next().is_some() {}
             match self.scan_page(cursor.as_ref(), &permits, &mut drives, &mut reported).await {
-                Ok(next) => cursor = next,
+                Ok(next) => {
+                    cursor = next;
+                    if cursor.is_none() {
+                        reported.walk_ended();
+                    }
+                }
                 Err(error) => {
+                    // The walk starts over; what it met so far stays reported.
                     tracing::warn!(owner = self.owner(), %error, "recovery scan failed; retrying at the next interval");
                     cursor = None;
                 }
             }
             // A full page means more backlog behind it: read on at once. Otherwise rest.
             if cursor.is_none() {
-                reported.walk_ended();
                 tokio::select! {
                     _ = tokio::time::sleep_until(next_scan_at.into()) => {}
                     _ = self.shutdown.cancelled() => {}
@@ -298,8 +303,9 @@ impl Reported {
         !self.logged.contains(biz_id)
     }
 
-    /// A walk of the whole backlog ended: a row met again is not logged again; a row repaired
-    /// and later unreadable once more is.
+    /// A walk of the whole backlog ended (not one cut short by a failed scan, which starts
+    /// over and keeps what it met): a row met again is not logged again; a row repaired and
+    /// later unreadable once more is.
     fn walk_ended(&mut self) {
         self.logged = std::mem::take(&mut self.this_walk);
     }
@@ -313,16 +319,13 @@ fn millis(ms: u64) -> Duration {
 mod tests {
     use super::*;
 
-    /// A scan or purge statement that never answers (a black-holed connection) fails at the
-    /// deadline, naming what it was, so the next interval tries again; one that answers passes
-    /// its answer through.
     /// Each unreadable row is logged the first time a walk meets it, not again while later
     /// walks keep meeting it, and again if a walk passed without it (repaired, then broken again).
     #[test]
     fn an_unreadable_row_is_logged_once_while_it_stays() {
         let mut reported = Reported::default();
         assert!(reported.first_time("a"));
-        assert!(!reported.first_time("a"), "met twice in one walk (a scan restarted mid-walk)");
+        assert!(!reported.first_time("a"), "met twice in one walk (a scan failed and the walk started over)");
         assert!(reported.first_time("b"));
         reported.walk_ended();
         assert!(!reported.first_time("a") && !reported.first_time("b"), "met again in the next walk");
@@ -343,6 +346,9 @@ mod tests {
         assert!(!reported.first_time("r0"), "a remembered row is not logged again");
     }
 
+    /// A scan or purge statement that never answers (a black-holed connection) fails at the
+    /// deadline, naming what it was, so the next interval tries again; one that answers passes
+    /// its answer through.
     #[tokio::test(start_paused = true)]
     async fn a_statement_that_never_answers_fails_at_the_deadline() {
         let started = tokio::time::Instant::now();
