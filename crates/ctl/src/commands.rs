@@ -381,6 +381,12 @@ fn print_report(report: &Report) {
     if report.owned_by_purged > 0 {
         println!("effects of purged sagas (not judged): {}", report.owned_by_purged);
     }
+    if report.unreadable > 0 {
+        println!(
+            "saga rows that cannot be read (stepped over, their effects not judged; the log names them): {}",
+            report.unreadable
+        );
+    }
     println!(
         "tickets:  {} opened, {} reopened, {} already open, {} resolved before",
         report.tickets_opened, report.tickets_reopened, report.tickets_already_open, report.tickets_resolved_before

@@ -55,6 +55,9 @@ pub struct Report {
     pub wms_entries: u64,
     pub logistics_entries: u64,
     pub sagas_checked: u64,
+    /// Saga rows the pass could not read (a value no saga can have): stepped over, their
+    /// effects neither judged nor called orphans, until a person repairs them.
+    pub unreadable: u64,
     pub orphans: u64,
     pub double_effects: u64,
     pub missing_effects: u64,
@@ -144,6 +147,7 @@ impl Reconciler {
             opened = report.tickets_opened,
             reopened = report.tickets_reopened,
             sagas = report.sagas_checked,
+            unreadable = report.unreadable,
             wms_entries = report.wms_entries,
             logistics_entries = report.logistics_entries,
             owned_by_purged = report.owned_by_purged,
@@ -178,15 +182,25 @@ impl Reconciler {
         let mut after = String::new();
         loop {
             let page = self.store.ledger_view_page(&after, self.section.table_page_rows).await?;
-            for view in &page {
+            for view in &page.views {
                 pass.report.sagas_checked += 1;
                 for step in [Step::Wms, Step::Logistics] {
                     self.check_saga(pass, view, step).await?;
                 }
             }
-            match page.last() {
-                Some(last) if page.len() as u64 >= self.section.table_page_rows => after = last.biz_id.clone(),
-                _ => return Ok(()),
+            for row in &page.unreadable {
+                // Its effects are not judged (its status is unknown to the pass), nor called
+                // orphans: their request ids derive from its biz_id.
+                pass.report.unreadable += 1;
+                for step in [Step::Wms, Step::Logistics] {
+                    pass.ledger_mut(step).own(&midflight_model::request_id(&row.biz_id, step));
+                }
+                tracing::error!(biz_id = %row.biz_id, error = %row.error,
+                    "saga row cannot be read; the reconciliation steps over it and its effects");
+            }
+            match page.next_after {
+                Some(last) => after = last,
+                None => return Ok(()),
             }
         }
     }

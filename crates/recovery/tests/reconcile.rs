@@ -102,6 +102,34 @@ fn assert_findings(report: &Report) {
     assert_eq!((report.orphans, report.double_effects, report.findings_total()), (1, 1, 2));
 }
 
+/// Saga rows the store cannot read (edited by hand: a negative version, a status no code
+/// knows) are stepped over: the pass completes, counts them, neither judges their effects nor
+/// calls them orphans, and still finds the orphan planted beside them, on the pages after them.
+async fn unreadable_rows_do_not_stop_a_pass(db: &TestDb) {
+    let mocks = MockDownstreams::start(MockOptions::default()).await;
+    let client = mocks.client();
+    let mut sagas = Vec::new();
+    for i in 0..5 {
+        sagas.push(drive_to_end(&db.store, &client, &format!("O-{i}"), "CN-ZJ", i + 1).await);
+    }
+    for (saga, set) in [(&sagas[0], "version = -1"), (&sagas[2], "status = 'BOGUS'")] {
+        execute(&db.store, &format!("UPDATE saga SET {set} WHERE biz_id = '{}'", saga.biz_id)).await;
+    }
+    let now = db.store.now_ms().await.expect("clock");
+    let source = Source { topic: "orders".into(), partition: 0, offset: 99 };
+    let ghost = Saga::received(&event("O-9", "PAID", "CN-ZJ"), source, now, now + 60_000);
+    let answer = client.call(Call::LockStock, &ghost, Duration::from_secs(5)).await;
+    assert_eq!(answer, Observation::Wms(WmsAnswer::Locked));
+
+    let report = reconciler(&db.store, client).run_once().await.expect("the pass completes");
+    assert_eq!((report.unreadable, report.sagas_checked), (2, 3), "{report:#?}");
+    let found: Vec<(FindingKind, Option<&str>)> =
+        report.findings.iter().map(|f| (f.kind, f.biz_id.as_deref())).collect();
+    assert_eq!(found, vec![(FindingKind::Orphan, None)], "only the planted orphan: {report:#?}");
+    assert_eq!(report.findings[0].request_id, request_id(&ghost.biz_id, Step::Wms));
+}
+both_engines!(reconcile_steps_over_unreadable_rows, unreadable_rows_do_not_stop_a_pass);
+
 async fn ledger_too_large_is_an_error(db: &TestDb) {
     let mocks = MockDownstreams::start(MockOptions::default()).await;
     let client = mocks.client();

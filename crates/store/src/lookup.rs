@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use crate::entity::saga;
 use crate::error::{Context, Error};
+use crate::scan::Unreadable;
 use crate::{BATCH_ROWS_MAX, Store, dialect, row};
 
 /// The part of a saga row a ledger comparison reads.
@@ -102,7 +103,9 @@ impl Store {
     }
 
     /// Every saga in biz_id order, a page at a time, reduced to what a ledger comparison needs.
-    pub async fn ledger_view_page(&self, after_biz_id: &str, limit: u64) -> Result<Vec<LedgerView>, Error> {
+    /// Rows whose values do not convert are returned apart, so one of them does not stop a
+    /// pass over every row after it.
+    pub async fn ledger_view_page(&self, after_biz_id: &str, limit: u64) -> Result<ViewPage, Error> {
         let rows = saga::Entity::find()
             .select_only()
             .columns([
@@ -122,8 +125,30 @@ impl Store {
             .all(&self.db)
             .await
             .during("page through sagas for reconciliation", None)?;
-        rows.into_iter().map(to_view).collect()
+        let full = rows.len() as u64 >= limit;
+        let mut page = ViewPage { views: Vec::with_capacity(rows.len()), ..ViewPage::default() };
+        let last = rows.last().map(|row| row.biz_id.clone());
+        for row in rows {
+            let biz_id = row.biz_id.clone();
+            match to_view(row) {
+                Ok(view) => page.views.push(view),
+                Err(error) => page.unreadable.push(Unreadable { biz_id, error }),
+            }
+        }
+        page.next_after = if full { last } else { None };
+        Ok(page)
     }
+}
+
+/// One page of [`Store::ledger_view_page`].
+#[derive(Debug, Default)]
+pub struct ViewPage {
+    pub views: Vec<LedgerView>,
+    /// Rows read but not convertible (an unknown status, a negative version).
+    pub unreadable: Vec<Unreadable>,
+    /// Where the next page starts (the last row's biz_id, readable or not), when this one was
+    /// full.
+    pub next_after: Option<String>,
 }
 
 fn to_view(row: ViewRow) -> Result<LedgerView, Error> {

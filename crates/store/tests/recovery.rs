@@ -114,12 +114,16 @@ async fn request_ids_find_their_saga(db: &TestDb) {
     assert_eq!(found.iter().map(|s| s.biz_id.as_str()).collect::<Vec<_>>(), vec![saga.biz_id.as_str()]);
     assert!(store.owners_of(Step::Logistics, &[wms_id]).await.expect("lookup").is_empty(), "steps do not mix");
 
-    let views = store.ledger_view_page("", 10).await.expect("page");
+    let page = store.ledger_view_page("", 10).await.expect("page");
+    assert!(page.unreadable.is_empty() && page.next_after.is_none(), "{page:?}");
+    let views = page.views;
     assert_eq!(views.len(), 2);
     assert_eq!((views[0].status, views[0].version), (Status::WmsRequested, written.version));
     assert_eq!(views[0].request_id(Step::Wms), written.wms_request_id.as_deref());
     assert_eq!(views[1].request_id(Step::Wms), None);
-    assert_eq!(store.ledger_view_page(&views[0].biz_id, 10).await.expect("page").len(), 1, "keyset on biz_id");
+    assert_eq!(store.ledger_view_page(&views[0].biz_id, 10).await.expect("page").views.len(), 1, "keyset on biz_id");
+    let full = store.ledger_view_page("", 1).await.expect("page");
+    assert_eq!(full.next_after.as_deref(), Some(views[0].biz_id.as_str()), "a full page names where the next starts");
 }
 both_engines!(lookup_by_request_id, request_ids_find_their_saga);
 
