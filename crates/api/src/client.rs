@@ -240,7 +240,20 @@ impl Downstreams {
         limit: u32,
         timeout: Duration,
     ) -> Result<(Vec<LedgerEntry>, u64), Error> {
-        let request = self.wms.plain_request(wms::ListLedgerRequest { cursor, limit }, timeout);
+        self.wms_ledger_of(&[], cursor, limit, timeout).await
+    }
+
+    /// [`Downstreams::wms_ledger`], only the entries under `request_ids` (all when empty; the
+    /// WMS takes at most 500).
+    pub async fn wms_ledger_of(
+        &self,
+        request_ids: &[String],
+        cursor: u64,
+        limit: u32,
+        timeout: Duration,
+    ) -> Result<(Vec<LedgerEntry>, u64), Error> {
+        let message = wms::ListLedgerRequest { cursor, limit, request_ids: request_ids.to_vec() };
+        let request = self.wms.plain_request(message, timeout);
         let response = bounded(timeout, self.wms.client.clone().list_ledger(request))
             .await
             .map_err(|status| Error::Call { downstream: "wms", method: "ListLedger", status })?;
@@ -255,7 +268,20 @@ impl Downstreams {
         limit: u32,
         timeout: Duration,
     ) -> Result<(Vec<LedgerEntry>, u64), Error> {
-        let request = self.logistics.plain_request(lgx::ListLedgerRequest { cursor, limit }, timeout);
+        self.logistics_ledger_of(&[], cursor, limit, timeout).await
+    }
+
+    /// [`Downstreams::logistics_ledger`], only the entries under `request_ids` (all when
+    /// empty; the logistics provider takes at most 500).
+    pub async fn logistics_ledger_of(
+        &self,
+        request_ids: &[String],
+        cursor: u64,
+        limit: u32,
+        timeout: Duration,
+    ) -> Result<(Vec<LedgerEntry>, u64), Error> {
+        let message = lgx::ListLedgerRequest { cursor, limit, request_ids: request_ids.to_vec() };
+        let request = self.logistics.plain_request(message, timeout);
         let response = bounded(timeout, self.logistics.client.clone().list_ledger(request))
             .await
             .map_err(|status| Error::Call { downstream: "logistics", method: "ListLedger", status })?;

@@ -118,7 +118,7 @@ impl Mock {
     }
 
     async fn ledger(&mut self) -> Vec<pb::LedgerEntry> {
-        let request = pb::ListLedgerRequest { cursor: 0, limit: 0 };
+        let request = pb::ListLedgerRequest { cursor: 0, limit: 0, request_ids: Vec::new() };
         self.logistics.list_ledger(request).await.expect("ledger lists").into_inner().entries
     }
 
@@ -155,6 +155,34 @@ async fn idempotent_repeat_creates_one_shipment() {
     assert_eq!((first.state(), first.tracking_no.as_str()), (ShipmentState::Created, "TRK000000000001"));
     assert_eq!(again, first);
     assert_eq!(mock.kinds().await, vec![(LedgerKind::Create, "s1".to_owned())]);
+    mock.stop().await;
+}
+
+/// A listing filtered by request ids returns every entry of those ids, in order, and nothing
+/// else; a filter naming too many ids is refused.
+#[tokio::test]
+async fn ledger_lists_the_entries_of_named_request_ids() {
+    let db = TempDb::new();
+    let mut mock = Mock::start(config(&db.url())).await;
+    for n in 0..4 {
+        mock.create(&format!("s{n}"), "ZJ").await.expect("create");
+    }
+    assert_eq!(mock.cancel("s2", "voucher-s2").await.result(), pb::CancelResult::Cancelled);
+    let request = |ids: Vec<String>| pb::ListLedgerRequest { cursor: 0, limit: 0, request_ids: ids };
+    let listed = mock.logistics.list_ledger(request(vec!["s2".into(), "s0".into()])).await.expect("list").into_inner();
+    let seen: Vec<(u64, LedgerKind, String)> =
+        listed.entries.iter().map(|e| (e.seq, e.kind(), e.request_id.clone())).collect();
+    assert_eq!(
+        seen,
+        vec![
+            (1, LedgerKind::Create, "s0".into()),
+            (3, LedgerKind::Create, "s2".into()),
+            (5, LedgerKind::Cancel, "s2".into())
+        ]
+    );
+    let many: Vec<String> = (0..=500).map(|n| format!("s{n}")).collect();
+    let status = mock.logistics.list_ledger(request(many)).await.expect_err("501 ids");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
     mock.stop().await;
 }
 

@@ -113,7 +113,8 @@ pub mod ledger {
         #[sea_orm(primary_key, auto_increment = false)]
         pub seq: i64,
         pub kind: LedgerKind,
-        #[sea_orm(column_type = "String(StringLen::N(128))")]
+        /// Indexed: a reconciliation lists the entries of a few request ids.
+        #[sea_orm(indexed, column_type = "String(StringLen::N(128))")]
         pub request_id: String,
         #[sea_orm(column_type = "String(StringLen::N(32))")]
         pub lock_id: String,

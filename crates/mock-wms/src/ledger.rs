@@ -249,15 +249,14 @@ impl Ledger {
     }
 
     /// ListLedger: up to `limit` entries after `cursor`, in order.
-    pub async fn list(&self, cursor: u64, limit: u64) -> Result<Vec<ledger::Model>, Status> {
+    /// With `request_ids`, only the entries under them.
+    pub async fn list(&self, cursor: u64, limit: u64, request_ids: Vec<String>) -> Result<Vec<ledger::Model>, Status> {
         let after = i64::try_from(cursor).unwrap_or(i64::MAX);
-        ledger::Entity::find()
-            .filter(ledger::Column::Seq.gt(after))
-            .order_by_asc(ledger::Column::Seq)
-            .limit(limit)
-            .all(&self.db)
-            .await
-            .map_err(db_error)
+        let mut find = ledger::Entity::find().filter(ledger::Column::Seq.gt(after));
+        if !request_ids.is_empty() {
+            find = find.filter(ledger::Column::RequestId.is_in(request_ids));
+        }
+        find.order_by_asc(ledger::Column::Seq).limit(limit).all(&self.db).await.map_err(db_error)
     }
 
     pub fn now_ms(&self) -> i64 {

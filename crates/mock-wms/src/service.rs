@@ -7,7 +7,7 @@ use std::sync::Arc;
 use midflight_api::wms::v1 as pb;
 use midflight_api::wms::v1::wms_server::{Wms, WmsServer};
 use midflight_mock::FaultInjector;
-use midflight_mock::input::{MESSAGE_BYTES_MAX, bounded, page_limit, required};
+use midflight_mock::input::{MESSAGE_BYTES_MAX, bounded, ledger_request_ids, page_limit, required};
 use tonic::{Request, Response, Status};
 
 use crate::entity::{LedgerKind, Line, LockState, ledger, lock};
@@ -97,8 +97,11 @@ impl Wms for WmsService {
         request: Request<pb::ListLedgerRequest>,
     ) -> Result<Response<pb::ListLedgerResponse>, Status> {
         let request = request.into_inner();
+        ledger_request_ids(&request.request_ids)?;
         let (ledger, cursor, limit) = (Arc::clone(&self.ledger), request.cursor, page_limit(request.limit));
-        let entries = self.injector.perform("ListLedger", async move { ledger.list(cursor, limit).await }).await?;
+        let request_ids = request.request_ids;
+        let entries =
+            self.injector.perform("ListLedger", async move { ledger.list(cursor, limit, request_ids).await }).await?;
         let entries = entries.into_iter().map(proto_entry).collect::<Result<Vec<_>, Status>>()?;
         let next_cursor = entries.last().map_or(cursor, |entry| entry.seq);
         Ok(Response::new(pb::ListLedgerResponse { entries, next_cursor }))

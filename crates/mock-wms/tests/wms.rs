@@ -94,7 +94,9 @@ impl Mock {
             .expect("connect to the mock");
         // The server creates the tables before serving; a first call waits for that.
         let mut wms = WmsClient::new(channel.clone());
-        wms.list_ledger(pb::ListLedgerRequest { cursor: 0, limit: 1 }).await.expect("mock serves");
+        wms.list_ledger(pb::ListLedgerRequest { cursor: 0, limit: 1, request_ids: Vec::new() })
+            .await
+            .expect("mock serves");
         let db = midflight_mock::database::connect(&db_section).await.expect("test connection to the ledger");
         Mock { wms, admin: FaultAdminClient::new(channel.clone()), channel, clock, db, stop, task }
     }
@@ -136,7 +138,7 @@ impl Mock {
     }
 
     async fn ledger(&mut self) -> Vec<pb::LedgerEntry> {
-        let request = pb::ListLedgerRequest { cursor: 0, limit: 0 };
+        let request = pb::ListLedgerRequest { cursor: 0, limit: 0, request_ids: Vec::new() };
         self.wms.list_ledger(request).await.expect("ledger lists").into_inner().entries
     }
 
@@ -492,7 +494,7 @@ async fn ledger_pages_by_cursor() {
     for n in 0..5 {
         mock.lock(&format!("r{n}"), "SKU-0001", 1).await.expect("lock");
     }
-    let page = |cursor, limit| pb::ListLedgerRequest { cursor, limit };
+    let page = |cursor, limit| pb::ListLedgerRequest { cursor, limit, request_ids: Vec::new() };
     let first = mock.wms.list_ledger(page(0, 2)).await.expect("page").into_inner();
     assert_eq!((first.entries.len(), first.next_cursor), (2, 2));
     let rest = mock.wms.list_ledger(page(first.next_cursor, 100)).await.expect("page").into_inner();
@@ -503,6 +505,40 @@ async fn ledger_pages_by_cursor() {
     let entry = &first.entries[0];
     assert_eq!((entry.order_no.as_str(), entry.at_ms), ("order-of-r0", ManualClock::START_MS));
     assert_eq!(entry.lines, vec![pb::SkuLine { sku: "SKU-0001".to_owned(), quantity: 1 }]);
+    mock.stop().await;
+}
+
+/// A listing filtered by request ids returns every entry of those ids (a lock and its later
+/// reversal), in order after the cursor, and nothing else; a filter naming too many ids, or an
+/// empty one, is refused.
+#[tokio::test]
+async fn ledger_lists_the_entries_of_named_request_ids() {
+    let db = TempDb::new();
+    let mut mock = Mock::start(config(&db.url())).await;
+    for n in 0..5 {
+        mock.lock(&format!("r{n}"), "SKU-0001", 1).await.expect("lock");
+    }
+    assert_eq!(mock.reverse("r1", "voucher-r1").await.result(), ReverseResult::Reversed);
+    let of = |ids: &[&str], cursor, limit| pb::ListLedgerRequest {
+        cursor,
+        limit,
+        request_ids: ids.iter().map(|id| (*id).to_owned()).collect(),
+    };
+    let listed = mock.wms.list_ledger(of(&["r1", "r3", "unknown"], 0, 0)).await.expect("list").into_inner();
+    let seen: Vec<(u64, String)> = listed.entries.iter().map(|e| (e.seq, e.request_id.clone())).collect();
+    assert_eq!(seen, vec![(2, "r1".into()), (4, "r3".into()), (6, "r1".into())]);
+    assert_eq!(listed.entries[2].kind(), pb::LedgerKind::Reverse);
+    assert_eq!(listed.next_cursor, 6);
+    let paged = mock.wms.list_ledger(of(&["r1", "r3"], 2, 1)).await.expect("list").into_inner();
+    assert_eq!((paged.entries.iter().map(|e| e.seq).collect::<Vec<_>>(), paged.next_cursor), (vec![4], 4));
+
+    let many: Vec<String> = (0..=500).map(|n| format!("r{n}")).collect();
+    let refused = mock.wms.list_ledger(pb::ListLedgerRequest { cursor: 0, limit: 0, request_ids: many }).await;
+    let status = refused.expect_err("501 ids");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(status.message().contains("at most 500"), "{}", status.message());
+    let status = mock.wms.list_ledger(of(&["r1", ""], 0, 0)).await.expect_err("an empty id");
+    assert!(status.message().contains("request_ids[1] must not be empty"), "{}", status.message());
     mock.stop().await;
 }
 

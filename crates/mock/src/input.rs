@@ -13,6 +13,23 @@ pub const MESSAGE_BYTES_MAX: usize = 64 * 1024;
 /// Most entries one ListLedger page returns.
 pub const LEDGER_PAGE_MAX: u32 = 1_000;
 
+/// Most request ids one ListLedger request may name.
+pub const LEDGER_REQUEST_IDS_MAX: usize = 500;
+
+/// Refuses a ListLedger filter naming too many request ids, or an empty or over-long one.
+pub fn ledger_request_ids(request_ids: &[String]) -> Result<(), Status> {
+    if request_ids.len() > LEDGER_REQUEST_IDS_MAX {
+        return Err(Status::invalid_argument(format!(
+            "request_ids names {} ids, at most {LEDGER_REQUEST_IDS_MAX} are allowed",
+            request_ids.len()
+        )));
+    }
+    for (index, id) in request_ids.iter().enumerate() {
+        required(&format!("request_ids[{index}]"), id)?;
+    }
+    Ok(())
+}
+
 /// Refuses an empty or over-long required field.
 pub fn required(field: &str, value: &str) -> Result<(), Status> {
     if value.is_empty() {
