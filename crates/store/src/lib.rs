@@ -21,6 +21,7 @@
 //!   limit is logged beside the pool (`budget.rs`).
 
 mod budget;
+mod checkpoint;
 mod clock;
 mod dialect;
 pub mod entity;
@@ -51,6 +52,7 @@ use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbBackend};
 use sea_orm_migration::MigratorTrait;
 
 pub use budget::ConnectionBudget;
+pub use checkpoint::{Checkpoint, FinishedPage};
 pub use error::Error;
 pub use finding::{FindingTicket, LOGISTICS_LEDGER_STEP, TicketOutcome, WMS_LEDGER_STEP};
 pub use inbox::{Arrival, Received};

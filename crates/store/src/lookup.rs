@@ -40,7 +40,7 @@ impl LedgerView {
 }
 
 #[derive(Debug, FromQueryResult)]
-struct ViewRow {
+pub(crate) struct ViewRow {
     biz_id: String,
     order_no: String,
     status: String,
@@ -151,7 +151,7 @@ pub struct ViewPage {
     pub next_after: Option<String>,
 }
 
-fn to_view(row: ViewRow) -> Result<LedgerView, Error> {
+pub(crate) fn to_view(row: ViewRow) -> Result<LedgerView, Error> {
     let status = Status::parse(&row.status).ok_or_else(|| {
         Error::Model(midflight_model::Error::UnknownStatus { biz_id: row.biz_id.clone(), text: row.status.clone() })
     })?;

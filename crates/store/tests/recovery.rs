@@ -5,8 +5,8 @@
 use midflight_model::{Address, Change, Line, OrderEvent, Saga, Source, Status, Step, request_id};
 use midflight_store::testing::{TestDb, execute};
 use midflight_store::{
-    Cas, Error, FindingTicket, LOGISTICS_LEDGER_STEP, ScanCursor, Store, TicketOutcome, TicketState, WMS_LEDGER_STEP,
-    both_engines,
+    Cas, Checkpoint, Error, FindingTicket, LOGISTICS_LEDGER_STEP, ScanCursor, Store, TicketOutcome, TicketState,
+    WMS_LEDGER_STEP, both_engines,
 };
 
 const LEASE_MS: i64 = 60_000;
@@ -98,6 +98,50 @@ async fn unreadable_rows_are_stepped_over(db: &TestDb) {
     assert!(third.sagas.is_empty() && third.unreadable.is_empty() && third.next.is_none(), "{third:?}");
 }
 both_engines!(recovery_scan_steps_over_unreadable_rows, unreadable_rows_are_stepped_over);
+
+/// The reconciliation checkpoint: absent, inserted once, advanced only from where it is; and
+/// the sagas finished since a time, per status, a page at a time, old ones left out.
+async fn checkpoint_and_what_finished_since(db: &TestDb) {
+    let store = &db.store;
+    assert_eq!(store.reconcile_checkpoint("periodic").await.expect("read"), None);
+    let first = Checkpoint { wms_seq: 3, logistics_seq: 2, since_ms: 1_000 };
+    assert!(store.advance_reconcile_checkpoint("periodic", None, &first).await.expect("insert"));
+    assert!(!store.advance_reconcile_checkpoint("periodic", None, &first).await.expect("insert again"), "only once");
+    assert_eq!(store.reconcile_checkpoint("periodic").await.expect("read"), Some(first));
+    let second = Checkpoint { wms_seq: 9, logistics_seq: 8, since_ms: 2_000 };
+    assert!(store.advance_reconcile_checkpoint("periodic", Some(&first), &second).await.expect("advance"));
+    let stale = Checkpoint { wms_seq: 5, ..first };
+    assert!(!store.advance_reconcile_checkpoint("periodic", Some(&first), &stale).await.expect("advance"), "moved on");
+    assert_eq!(store.reconcile_checkpoint("periodic").await.expect("read"), Some(second));
+    assert_eq!(store.reconcile_checkpoint("other").await.expect("read"), None, "names are apart");
+
+    const HOUR_MS: i64 = 3_600_000;
+    let sagas = midflight_store::testing::arrive_orders(store, &["F-1", "F-2", "F-3", "F-4", "F-5"]).await;
+    for (saga, status, ago_hours) in [
+        (&sagas[0], Status::Done, 1),
+        (&sagas[1], Status::Done, 3),
+        (&sagas[2], Status::RolledBack, 1),
+        (&sagas[3], Status::Done, 0),
+    ] {
+        midflight_store::testing::age(store, &saga.biz_id, status, ago_hours * HOUR_MS).await;
+    }
+    let since = store.now_ms().await.expect("clock") - 2 * HOUR_MS;
+    let mut done = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store.finished_since(Status::Done, since, after.as_ref(), 1).await.expect("page");
+        assert!(page.unreadable.is_empty());
+        done.extend(page.views.iter().map(|v| v.biz_id.clone()));
+        let Some(next) = page.next else { break };
+        after = Some(next);
+    }
+    assert_eq!(done, [sagas[0].biz_id.clone(), sagas[3].biz_id.clone()], "oldest first; the 3-hour one left out");
+    let rolled_back = store.finished_since(Status::RolledBack, since, None, 10).await.expect("page");
+    let ids: Vec<&str> = rolled_back.views.iter().map(|v| v.biz_id.as_str()).collect();
+    assert_eq!((ids, rolled_back.next.is_none()), (vec![sagas[2].biz_id.as_str()], true));
+    assert_eq!(rolled_back.views[0].status, Status::RolledBack);
+}
+both_engines!(reconcile_checkpoint_and_finished_sagas, checkpoint_and_what_finished_since);
 
 async fn request_ids_find_their_saga(db: &TestDb) {
     let store = &db.store;
