@@ -44,6 +44,8 @@ pub struct Evidence {
 pub struct Ledger {
     pub by_request: HashMap<String, Effects>,
     pub entries: u64,
+    /// The highest sequence number folded (0 when none).
+    pub last_seq: u64,
 }
 
 impl Ledger {
@@ -51,6 +53,7 @@ impl Ledger {
     pub fn fold(&mut self, entries: &[LedgerEntry]) {
         for entry in entries {
             self.entries += 1;
+            self.last_seq = self.last_seq.max(entry.seq);
             let effects = self.by_request.entry(entry.request_id.clone()).or_default();
             if effects.order_no.is_empty() {
                 effects.order_no = entry.order_no.clone();

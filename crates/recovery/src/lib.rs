@@ -110,7 +110,7 @@ async fn reconcile_periodically(reconciler: Reconciler, interval_ms: u64, shutdo
             _ = shutdown.cancelled() => return,
         }
         tokio::select! {
-            result = reconciler.run_once() => match result {
+            result = reconciler.run_periodic() => match result {
                 Ok(report) => telemetry::reconciled(&report),
                 Err(error) => {
                     telemetry::reconcile_failed();

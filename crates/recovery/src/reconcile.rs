@@ -10,6 +10,12 @@
 //! only judged on what is never right (two effects in force), so a pass racing live traffic
 //! reports nothing that is merely in flight.
 //!
+//! The periodic passes ([`Reconciler::run_incremental`]) read only what changed since the last
+//! one, from a checkpoint in the table: the entries recorded since, the sagas finished since
+//! and the open findings name a set of request ids, whose entries (old and new) are read by
+//! request id and judged by the same rule. A full pass stays for `sagactl reconcile` and for
+//! the first periodic pass.
+//!
 //! A purged saga is gone from the table while its effects stay in the ledgers. Its business
 //! row is never purged, though, and request ids derive from biz_ids: an effect under a request
 //! id derived from a business row whose saga row is gone is judged against that row's status
@@ -23,12 +29,26 @@ use std::time::Duration;
 
 use midflight_api::client::Downstreams;
 use midflight_model::{Status, Step};
-use midflight_store::{FindingTicket, LOGISTICS_LEDGER_STEP, LedgerView, Store, TicketOutcome, WMS_LEDGER_STEP};
+use midflight_store::{
+    Checkpoint, FindingTicket, LOGISTICS_LEDGER_STEP, LedgerView, Store, TicketOutcome, TicketState, Unreadable,
+    WMS_LEDGER_STEP,
+};
 use serde::Serialize;
 
 use crate::Error;
 use crate::config::ReconcileSection;
 use crate::ledger::{Effects, Evidence, FindingKind, Ledger, classify, fingerprint};
+
+/// Name of the periodic passes' checkpoint in `reconcile_checkpoint`.
+pub const CHECKPOINT: &str = "periodic";
+/// How far before a pass's start the next pass looks for finished sagas: the database clock
+/// this process estimates is a reading a few seconds old, so a margin keeps a saga finished
+/// just before the start from falling between two passes (judging it twice costs nothing).
+const SINCE_MARGIN_MS: i64 = 60_000;
+/// Open tickets an incremental pass judges again (the newest, should there be more).
+const OPEN_FINDINGS_MAX: u64 = 10_000;
+/// Request ids one ledger listing names (what the downstreams accept).
+const REQUEST_IDS_PER_CALL: usize = 500;
 
 /// A mismatch found by a pass, and what became of its ticket.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -52,6 +72,10 @@ pub struct Finding {
 pub struct Report {
     /// Database time when the pass began.
     pub started_at_ms: i64,
+    /// The pass read only what changed since the checkpoint ([`Reconciler::run_incremental`]).
+    pub incremental: bool,
+    /// Of an incremental pass, the ledger entries recorded since the checkpoint (both ledgers).
+    pub new_entries: u64,
     pub wms_entries: u64,
     pub logistics_entries: u64,
     pub sagas_checked: u64,
@@ -128,20 +152,219 @@ impl Reconciler {
 
     /// One full pass. Fails (opening no further tickets) when a ledger cannot be read whole.
     pub async fn run_once(&self) -> Result<Report, Error> {
+        Ok(self.full().await?.0)
+    }
+
+    /// A periodic pass: [`Reconciler::run_incremental`], or [`Reconciler::run_once`] when
+    /// `reconcile.incremental` is off.
+    pub async fn run_periodic(&self) -> Result<Report, Error> {
+        if self.section.incremental { self.run_incremental().await } else { self.run_once().await }
+    }
+
+    /// A full pass, and how far it read the ledgers (WMS, logistics).
+    async fn full(&self) -> Result<(Report, u64, u64), Error> {
         let started_at_ms = self.store.now_ms().await?;
         let mut pass = Pass {
             wms: self.read_ledger(Step::Wms).await?,
             logistics: self.read_ledger(Step::Logistics).await?,
             report: Report { started_at_ms, ..Report::default() },
         };
-        pass.report.wms_entries = pass.wms.entries;
-        pass.report.logistics_entries = pass.logistics.entries;
-        let ledger_heap_mib = (pass.wms.heap_bytes() + pass.logistics.heap_bytes()) / (1 << 20);
+        let ends = (pass.wms.last_seq, pass.logistics.last_seq);
         self.walk_table(&mut pass).await?;
         for step in [Step::Wms, Step::Logistics] {
             self.check_unowned(&mut pass, step).await?;
         }
-        let report = pass.report;
+        Ok((self.finish(pass), ends.0, ends.1))
+    }
+
+    /// A pass over what changed since the periodic passes' checkpoint (the first one, with no
+    /// checkpoint yet, is a full pass): the ledger entries recorded since, and the sagas
+    /// finished since. Every entry, old or new, of each request id those name is read (by
+    /// request id), and judged as a full pass judges it: a new second lock of a saga finished
+    /// long ago is a double effect, a new lock of a saga rolled back long ago an effect after
+    /// rollback, a saga finished since with nothing in force a missing effect, a new effect no
+    /// saga names an orphan. What a pass reads follows the traffic since the last one, not the
+    /// ledgers' and the table's history; `ledger_entries_max` bounds it the same way. Then the
+    /// checkpoint moves to what this pass read, by compare-and-set: two workers' passes racing
+    /// judge some effects twice (their tickets are idempotent) and skip none.
+    pub async fn run_incremental(&self) -> Result<Report, Error> {
+        let Some(from) = self.store.reconcile_checkpoint(CHECKPOINT).await? else { return self.run_first().await };
+        let started_at_ms = self.store.now_ms().await?;
+        let (wms_ids, wms_seq, wms_new) = self.touched(Step::Wms, from.wms_seq).await?;
+        let (logistics_ids, logistics_seq, logistics_new) = self.touched(Step::Logistics, from.logistics_seq).await?;
+        let (finished, unreadable) = self.finished_since(from.since_ms).await?;
+        let mut ids = [wms_ids, logistics_ids];
+        for view in &finished {
+            for (index, step) in [Step::Wms, Step::Logistics].into_iter().enumerate() {
+                if let Some(id) = view.request_id(step) {
+                    ids[index].insert(id.to_owned());
+                }
+            }
+        }
+        // Open findings are judged again at every pass, as a full pass would, so their count
+        // goes on (and the alert on it) until a person resolves them.
+        for ticket in self.store.tickets(Some(TicketState::Open), OPEN_FINDINGS_MAX).await? {
+            let index = match ticket.step.as_str() {
+                WMS_LEDGER_STEP => 0,
+                LOGISTICS_LEDGER_STEP => 1,
+                _ => continue,
+            };
+            if let Some(id) = ticket.evidence["request_id"].as_str() {
+                ids[index].insert(id.to_owned());
+            }
+        }
+        let [wms_ids, logistics_ids] = ids;
+        let report =
+            Report { started_at_ms, incremental: true, new_entries: wms_new + logistics_new, ..Report::default() };
+        let mut pass = Pass {
+            wms: self.read_entries_of(Step::Wms, wms_ids).await?,
+            logistics: self.read_entries_of(Step::Logistics, logistics_ids).await?,
+            report,
+        };
+        for view in &finished {
+            pass.report.sagas_checked += 1;
+            for step in [Step::Wms, Step::Logistics] {
+                self.check_saga(&mut pass, view, step).await?;
+            }
+        }
+        for row in &unreadable {
+            self.step_over(&mut pass, row);
+        }
+        for step in [Step::Wms, Step::Logistics] {
+            self.check_unowned(&mut pass, step).await?;
+        }
+        let to = Checkpoint { wms_seq, logistics_seq, since_ms: started_at_ms - SINCE_MARGIN_MS };
+        if !self.store.advance_reconcile_checkpoint(CHECKPOINT, Some(&from), &to).await? {
+            tracing::info!("another pass moved the reconciliation checkpoint first; this one's findings stand");
+        }
+        Ok(self.finish(pass))
+    }
+
+    /// The first incremental pass: a full one, whose reading becomes the checkpoint. When the
+    /// ledgers are past `ledger_entries_max` already, none can be read whole, and the
+    /// checkpoint starts at their current ends instead: what came before is not judged (a
+    /// warning says so), what comes after is.
+    async fn run_first(&self) -> Result<Report, Error> {
+        let started_at_ms = self.store.now_ms().await?;
+        let (report, wms_seq, logistics_seq) = match self.full().await {
+            Ok(done) => done,
+            Err(Error::LedgerTooLarge { step, limit }) => {
+                tracing::warn!(
+                    step,
+                    limit,
+                    "a ledger is past reconcile.ledger_entries_max, so it cannot be reconciled whole; \
+                     reconciling from the ledgers' current ends on, and not what they recorded before"
+                );
+                let wms_seq = self.ledger_end(Step::Wms).await?;
+                let logistics_seq = self.ledger_end(Step::Logistics).await?;
+                (Report { started_at_ms, incremental: true, ..Report::default() }, wms_seq, logistics_seq)
+            }
+            Err(error) => return Err(error),
+        };
+        let to = Checkpoint { wms_seq, logistics_seq, since_ms: started_at_ms - SINCE_MARGIN_MS };
+        self.store.advance_reconcile_checkpoint(CHECKPOINT, None, &to).await?;
+        Ok(report)
+    }
+
+    /// The request ids of `step`'s ledger entries after `after`, the last entry's sequence
+    /// number, and how many entries there were.
+    async fn touched(&self, step: Step, after: u64) -> Result<(HashSet<String>, u64, u64), Error> {
+        let (timeout, page_entries) =
+            (Duration::from_millis(self.section.ledger_timeout_ms), self.section.ledger_page_entries);
+        let (mut ids, mut cursor, mut entries) = (HashSet::new(), after, 0u64);
+        loop {
+            let (page, next) = self.page(step, &[], cursor, page_entries, timeout).await?;
+            entries += page.len() as u64;
+            if entries > self.section.ledger_entries_max {
+                return Err(Error::LedgerTooLarge { step: step.as_str(), limit: self.section.ledger_entries_max });
+            }
+            ids.extend(page.iter().map(|entry| entry.request_id.clone()));
+            let (full, progressed) = (page.len() >= page_entries as usize, next > cursor);
+            cursor = cursor.max(next);
+            if !full || !progressed {
+                return Ok((ids, cursor, entries));
+            }
+        }
+    }
+
+    /// The last sequence number of `step`'s ledger, read page by page and kept nowhere.
+    async fn ledger_end(&self, step: Step) -> Result<u64, Error> {
+        let (timeout, page_entries) =
+            (Duration::from_millis(self.section.ledger_timeout_ms), self.section.ledger_page_entries);
+        let mut cursor = 0;
+        loop {
+            let (page, next) = self.page(step, &[], cursor, page_entries, timeout).await?;
+            let (full, progressed) = (page.len() >= page_entries as usize, next > cursor);
+            cursor = cursor.max(next);
+            if !full || !progressed {
+                return Ok(cursor);
+            }
+        }
+    }
+
+    /// Every entry of `step`'s ledger under `ids`, folded; at most `ledger_entries_max`.
+    async fn read_entries_of(&self, step: Step, ids: HashSet<String>) -> Result<Ledger, Error> {
+        let (timeout, page_entries) =
+            (Duration::from_millis(self.section.ledger_timeout_ms), self.section.ledger_page_entries);
+        let ids: Vec<String> = ids.into_iter().collect();
+        let mut ledger = Ledger::default();
+        for chunk in ids.chunks(REQUEST_IDS_PER_CALL) {
+            let mut cursor = 0;
+            loop {
+                let (page, next) = self.page(step, chunk, cursor, page_entries, timeout).await?;
+                if ledger.entries + page.len() as u64 > self.section.ledger_entries_max {
+                    return Err(Error::LedgerTooLarge { step: step.as_str(), limit: self.section.ledger_entries_max });
+                }
+                ledger.fold(&page);
+                if page.len() < page_entries as usize || next <= cursor {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok(ledger)
+    }
+
+    async fn page(
+        &self,
+        step: Step,
+        ids: &[String],
+        cursor: u64,
+        page_entries: u32,
+        timeout: Duration,
+    ) -> Result<(Vec<midflight_api::client::LedgerEntry>, u64), Error> {
+        Ok(match step {
+            Step::Wms => self.downstreams.wms_ledger_of(ids, cursor, page_entries, timeout).await?,
+            Step::Logistics => self.downstreams.logistics_ledger_of(ids, cursor, page_entries, timeout).await?,
+        })
+    }
+
+    /// The DONE and ROLLED_BACK sagas last written since `since_ms`, and the rows among them
+    /// that cannot be read.
+    async fn finished_since(&self, since_ms: i64) -> Result<(Vec<LedgerView>, Vec<Unreadable>), Error> {
+        let (mut views, mut unreadable) = (Vec::new(), Vec::new());
+        for status in Status::FINISHED {
+            let mut after = None;
+            loop {
+                let page =
+                    self.store.finished_since(status, since_ms, after.as_ref(), self.section.table_page_rows).await?;
+                views.extend(page.views);
+                unreadable.extend(page.unreadable);
+                match page.next {
+                    Some(next) => after = Some(next),
+                    None => break,
+                }
+            }
+        }
+        Ok((views, unreadable))
+    }
+
+    /// Logs and counts what a finished pass found.
+    fn finish(&self, pass: Pass) -> Report {
+        let ledger_heap_mib = (pass.wms.heap_bytes() + pass.logistics.heap_bytes()) / (1 << 20);
+        let mut report = pass.report;
+        report.wms_entries = pass.wms.entries;
+        report.logistics_entries = pass.logistics.entries;
         tracing::info!(
             findings = report.findings_total(),
             opened = report.tickets_opened,
@@ -151,10 +374,12 @@ impl Reconciler {
             wms_entries = report.wms_entries,
             logistics_entries = report.logistics_entries,
             owned_by_purged = report.owned_by_purged,
+            incremental = report.incremental,
+            new_entries = report.new_entries,
             ledger_heap_mib,
             "reconciliation finished"
         );
-        Ok(report)
+        report
     }
 
     async fn read_ledger(&self, step: Step) -> Result<Ledger, Error> {
@@ -189,20 +414,24 @@ impl Reconciler {
                 }
             }
             for row in &page.unreadable {
-                // Its effects are not judged (its status is unknown to the pass), nor called
-                // orphans: their request ids derive from its biz_id.
-                pass.report.unreadable += 1;
-                for step in [Step::Wms, Step::Logistics] {
-                    pass.ledger_mut(step).own(&midflight_model::request_id(&row.biz_id, step));
-                }
-                tracing::error!(biz_id = %row.biz_id, error = %row.error,
-                    "saga row cannot be read; the reconciliation steps over it and its effects");
+                self.step_over(pass, row);
             }
             match page.next_after {
                 Some(last) => after = last,
                 None => return Ok(()),
             }
         }
+    }
+
+    /// A row that cannot be read: its effects are not judged (its status is unknown to the
+    /// pass), nor called orphans (their request ids derive from its biz_id).
+    fn step_over(&self, pass: &mut Pass, row: &Unreadable) {
+        pass.report.unreadable += 1;
+        for step in [Step::Wms, Step::Logistics] {
+            pass.ledger_mut(step).own(&midflight_model::request_id(&row.biz_id, step));
+        }
+        tracing::error!(biz_id = %row.biz_id, error = %row.error,
+            "saga row cannot be read; the reconciliation steps over it and its effects");
     }
 
     async fn check_saga(&self, pass: &mut Pass, view: &LedgerView, step: Step) -> Result<(), Error> {
@@ -251,8 +480,11 @@ impl Reconciler {
                 }
                 continue;
             }
-            // A late owner changed after the ledgers were read: not settled.
-            let Some(kind) = classify(owner.map(|saga| saga.status), false, effects.in_force.len()) else { continue };
+            // An owner the pass did not judge yet: settled when its row last changed before the
+            // pass began (an incremental pass's owner finished long ago; a full pass's late owner
+            // changed during the walk, so it is not).
+            let settled = owner.is_some_and(|saga| saga.updated_at_ms < pass.report.started_at_ms);
+            let Some(kind) = classify(owner.map(|saga| saga.status), settled, effects.in_force.len()) else { continue };
             let biz_id = owner.map(|saga| saga.biz_id.clone());
             self.report(pass, kind, step, &request_id, &effects, biz_id.as_deref()).await?;
         }

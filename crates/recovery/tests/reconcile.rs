@@ -15,7 +15,7 @@ use midflight_model::{
 };
 use midflight_recovery::{FindingKind, ReconcileSection, Reconciler, Report};
 use midflight_stack::{Faults, MockDownstreams, MockOptions};
-use midflight_store::testing::{TestDb, age, execute};
+use midflight_store::testing::{TestDb, age, execute, until};
 use midflight_store::{Store, TicketState, WMS_LEDGER_STEP, both_engines};
 
 fn reconciler(store: &Store, client: Downstreams) -> Reconciler {
@@ -130,6 +130,88 @@ async fn unreadable_rows_do_not_stop_a_pass(db: &TestDb) {
 }
 both_engines!(reconcile_steps_over_unreadable_rows, unreadable_rows_do_not_stop_a_pass);
 
+/// Periodic passes read what changed since the last one. The first, with no checkpoint, is a
+/// full pass; one after nothing changed reads no entry and judges no saga; one after changes
+/// to sagas finished hours before (a second lock of a DONE saga, a lock of a ROLLED_BACK one,
+/// both as a legacy re-consumer would send them), a lock no saga owns, a saga finished since
+/// whose lock was reversed by hand, and one marked DONE that no ledger names finds them all,
+/// reading only their entries; the next
+/// judges the open findings again (their count goes on) and reads no new entry.
+async fn incremental_passes_judge_what_changed(db: &TestDb) {
+    const HOUR_MS: i64 = 3_600_000;
+    let mocks = MockDownstreams::start(MockOptions::default()).await;
+    let client = mocks.client();
+    let done = drive_to_end(&db.store, &client, "O-0", "CN-ZJ", 1).await;
+    drive_to_end(&db.store, &client, "O-1", "CN-ZJ", 2).await;
+    let rolled_back = drive_to_end(&db.store, &client, "O-XX", "XX", 3).await;
+    assert_eq!((done.status, rolled_back.status), (Status::Done, Status::RolledBack));
+    for saga in [&done.biz_id, "O-1:PAID", &rolled_back.biz_id] {
+        let status = db.store.get(saga).await.expect("get").expect("row").status;
+        age(&db.store, saga, status, 3 * HOUR_MS).await;
+    }
+    let reconciler = reconciler(&db.store, client.clone());
+    let first = reconciler.run_incremental().await.expect("first pass");
+    assert!(!first.incremental && first.findings_total() == 0, "a full pass: {first:#?}");
+    assert_eq!(first.sagas_checked, 3);
+    let (wms_end, logistics_end) = (first.wms_entries, first.logistics_entries);
+    let checkpoint = db.store.reconcile_checkpoint("periodic").await.expect("read").expect("written");
+    assert_eq!((checkpoint.wms_seq, checkpoint.logistics_seq), (wms_end, logistics_end), "{first:#?}");
+
+    let quiet = reconciler.run_incremental().await.expect("quiet pass");
+    assert!(quiet.incremental, "{quiet:#?}");
+    assert_eq!((quiet.new_entries, quiet.wms_entries, quiet.sagas_checked, quiet.findings_total()), (0, 0, 0, 0));
+
+    mocks.set_wms_faults(Faults { legacy_mode: true, ..Faults::default() }).await;
+    for saga in [&done, &rolled_back] {
+        let again = client.call(Call::LockStock, saga, Duration::from_secs(5)).await;
+        assert_eq!(again, Observation::Wms(WmsAnswer::Locked), "legacy mode locks again");
+    }
+    mocks.set_wms_faults(Faults::default()).await;
+    let now = db.store.now_ms().await.expect("clock");
+    let source = Source { topic: "orders".into(), partition: 0, offset: 99 };
+    let ghost = Saga::received(&event("GHOST", "PAID", "CN-ZJ"), source, now, now + 60_000);
+    let answer = client.call(Call::LockStock, &ghost, Duration::from_secs(5)).await;
+    assert_eq!(answer, Observation::Wms(WmsAnswer::Locked));
+    let recent = drive_to_end(&db.store, &client, "O-2", "CN-ZJ", 4).await;
+    let reversed = client.call(Call::ReverseLock, &recent, Duration::from_secs(5)).await;
+    assert!(matches!(reversed, Observation::Wms(_)), "{reversed:?}");
+    // A saga marked DONE by hand that never called anyone: nothing in either ledger names it,
+    // so only the read of what finished since can find it.
+    let unsent = arrive(&db.store, &[event("O-3", "PAID", "CN-ZJ")], 5, 30_000).await.remove(0);
+    age(&db.store, &unsent.biz_id, Status::Done, 0).await;
+    // A row written in the very millisecond a pass begins is judged by the next pass (it may
+    // still change): let the clock move past these writes first.
+    let last_write = db.store.get(&unsent.biz_id).await.expect("get").expect("row").updated_at_ms;
+    until("the clock to pass the last write", || async { db.store.now_ms().await.expect("clock") > last_write }).await;
+
+    let changed = reconciler.run_incremental().await.expect("pass after changes");
+    let mut found: Vec<(&str, Option<&str>)> =
+        changed.findings.iter().map(|f| (f.kind.as_str(), f.biz_id.as_deref())).collect();
+    found.sort();
+    let mut expected = vec![
+        (FindingKind::Orphan.as_str(), None),
+        (FindingKind::DoubleEffect.as_str(), Some(done.biz_id.as_str())),
+        (FindingKind::MissingEffect.as_str(), Some(recent.biz_id.as_str())),
+        (FindingKind::MissingEffect.as_str(), Some(unsent.biz_id.as_str())),
+        (FindingKind::MissingEffect.as_str(), Some(unsent.biz_id.as_str())),
+        (FindingKind::EffectAfterRollback.as_str(), Some(rolled_back.biz_id.as_str())),
+    ];
+    expected.sort();
+    assert_eq!(found, expected, "{changed:#?}");
+    assert_eq!(changed.sagas_checked, 2, "only the sagas finished since: {changed:#?}");
+    // The new entries: two legacy locks, the orphan, O-2's lock, its reversal and its shipment.
+    assert_eq!(changed.new_entries, 6, "{changed:#?}");
+    assert_eq!(changed.tickets_opened, 6);
+    // O-1's entries are not read: only the ids the changes name (and their older entries).
+    assert!(changed.wms_entries < wms_end + 5, "{changed:#?}");
+
+    let again = reconciler.run_incremental().await.expect("next pass");
+    assert_eq!((again.new_entries, again.findings_total(), again.tickets_already_open), (0, 6, 6), "{again:#?}");
+    let moved = db.store.reconcile_checkpoint("periodic").await.expect("read").expect("written");
+    assert!(moved.wms_seq == wms_end + 5 && moved.logistics_seq == logistics_end + 1, "{moved:?}");
+}
+both_engines!(incremental_reconciliation, incremental_passes_judge_what_changed);
+
 async fn ledger_too_large_is_an_error(db: &TestDb) {
     let mocks = MockDownstreams::start(MockOptions::default()).await;
     let client = mocks.client();
@@ -137,10 +219,28 @@ async fn ledger_too_large_is_an_error(db: &TestDb) {
         drive_to_end(&db.store, &client, &format!("O-{i}"), "CN-ZJ", i + 1).await;
     }
     let section = ReconcileSection { ledger_entries_max: 2, ..ReconcileSection::default() };
-    let error = Reconciler::new(db.store.clone(), client, section, "test".into()).run_once().await;
+    let error = Reconciler::new(db.store.clone(), client.clone(), section, "test".into()).run_once().await;
     let error = error.expect_err("a ledger over the limit is not reconciled in part");
     assert!(error.to_string().contains("ledger_entries_max"), "{error}");
     assert_eq!(db.store.open_ticket_count().await.expect("count"), 0);
+    for saga in db.store.page("", 10).await.expect("page") {
+        age(&db.store, &saga.biz_id, saga.status, 3_600_000).await;
+    }
+
+    // The periodic passes start from the ledgers' current ends instead, and judge what comes
+    // after: here an orphan lock.
+    let section = ReconcileSection { ledger_entries_max: 2, ledger_page_entries: 2, ..ReconcileSection::default() };
+    let periodic = Reconciler::new(db.store.clone(), client.clone(), section, "test".into());
+    let first = periodic.run_incremental().await.expect("starts from the ends");
+    assert!(first.incremental && first.findings_total() == 0, "{first:#?}");
+    let checkpoint = db.store.reconcile_checkpoint("periodic").await.expect("read").expect("written");
+    assert_eq!((checkpoint.wms_seq, checkpoint.logistics_seq), (3, 3));
+    let now = db.store.now_ms().await.expect("clock");
+    let source = Source { topic: "orders".into(), partition: 0, offset: 99 };
+    let ghost = Saga::received(&event("GHOST", "PAID", "CN-ZJ"), source, now, now + 60_000);
+    assert_eq!(client.call(Call::LockStock, &ghost, Duration::from_secs(5)).await, Observation::Wms(WmsAnswer::Locked));
+    let next = periodic.run_incremental().await.expect("next pass");
+    assert_eq!((next.new_entries, next.orphans), (1, 1), "{next:#?}");
 }
 both_engines!(reconcile_refuses_an_oversized_ledger, ledger_too_large_is_an_error);
 
