@@ -104,15 +104,23 @@ async fn reconcile_periodically(reconciler: Reconciler, interval_ms: u64, shutdo
     }
     telemetry::reconciler_started();
     let interval = std::time::Duration::from_millis(interval_ms);
+    let mut behind = false;
     loop {
-        tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
-            _ = shutdown.cancelled() => return,
+        // A pass that stopped at its bound, short of the present, is followed at once.
+        if !behind {
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = shutdown.cancelled() => return,
+            }
         }
         tokio::select! {
             result = reconciler.run_periodic() => match result {
-                Ok(report) => telemetry::reconciled(&report),
+                Ok(report) => {
+                    behind = report.behind;
+                    telemetry::reconciled(&report);
+                }
                 Err(error) => {
+                    behind = false;
                     telemetry::reconcile_failed();
                     tracing::warn!(%error, "reconciliation failed; trying again at the next interval");
                 }

@@ -30,8 +30,7 @@ use std::time::Duration;
 use midflight_api::client::Downstreams;
 use midflight_model::{Status, Step};
 use midflight_store::{
-    Checkpoint, FindingTicket, LOGISTICS_LEDGER_STEP, LedgerView, Store, TicketOutcome, TicketState, Unreadable,
-    WMS_LEDGER_STEP,
+    Checkpoint, FindingTicket, LOGISTICS_LEDGER_STEP, LedgerView, Store, TicketOutcome, Unreadable, WMS_LEDGER_STEP,
 };
 use serde::Serialize;
 
@@ -39,14 +38,39 @@ use crate::Error;
 use crate::config::ReconcileSection;
 use crate::ledger::{Effects, Evidence, FindingKind, Ledger, classify, fingerprint};
 
+/// What [`Reconciler::touched`] read of one ledger.
+struct Touched {
+    ids: HashSet<String>,
+    last_seq: u64,
+    entries: u64,
+    /// It stopped at its bound, short of the ledger's end.
+    behind: bool,
+}
+
+/// What [`Reconciler::finished_since`] read.
+#[derive(Default)]
+struct Finished {
+    views: Vec<LedgerView>,
+    unreadable: Vec<Unreadable>,
+    /// When a status had more than the bound: where the next pass starts.
+    next_since: Option<i64>,
+}
+
+/// A pass takes at most `ledger_entries_max` divided by this of new entries of each ledger and
+/// of finished sagas of each status, so what it folds (their entries, old and new, by request
+/// id) stays well inside `ledger_entries_max`.
+const PASS_SHARE: u64 = 8;
+
 /// Name of the periodic passes' checkpoint in `reconcile_checkpoint`.
 pub const CHECKPOINT: &str = "periodic";
 /// How far before a pass's start the next pass looks for finished sagas: the database clock
 /// this process estimates is a reading a few seconds old, so a margin keeps a saga finished
 /// just before the start from falling between two passes (judging it twice costs nothing).
 const SINCE_MARGIN_MS: i64 = 60_000;
-/// Open tickets an incremental pass judges again (the newest, should there be more).
+/// Open finding tickets an incremental pass judges again (the newest, should there be more).
 const OPEN_FINDINGS_MAX: u64 = 10_000;
+/// How an orphan's ticket key begins (`orphan:<request id>`); other keys are biz_ids.
+const ORPHAN_KEY_PREFIX: &str = "orphan:";
 /// Request ids one ledger listing names (what the downstreams accept).
 const REQUEST_IDS_PER_CALL: usize = 500;
 
@@ -76,6 +100,8 @@ pub struct Report {
     pub incremental: bool,
     /// Of an incremental pass, the ledger entries recorded since the checkpoint (both ledgers).
     pub new_entries: u64,
+    /// An incremental pass stopped at its bound, short of the present: the next starts at once.
+    pub behind: bool,
     pub wms_entries: u64,
     pub logistics_entries: u64,
     pub sagas_checked: u64,
@@ -142,6 +168,8 @@ struct Pass {
     wms: Ledger,
     logistics: Ledger,
     report: Report,
+    /// Rows that cannot be read, met so far (each counted once).
+    stepped_over: HashSet<String>,
 }
 
 impl Reconciler {
@@ -168,6 +196,7 @@ impl Reconciler {
             wms: self.read_ledger(Step::Wms).await?,
             logistics: self.read_ledger(Step::Logistics).await?,
             report: Report { started_at_ms, ..Report::default() },
+            stepped_over: HashSet::new(),
         };
         let ends = (pass.wms.last_seq, pass.logistics.last_seq);
         self.walk_table(&mut pass).await?;
@@ -178,64 +207,94 @@ impl Reconciler {
     }
 
     /// A pass over what changed since the periodic passes' checkpoint (the first one, with no
-    /// checkpoint yet, is a full pass): the ledger entries recorded since, and the sagas
-    /// finished since. Every entry, old or new, of each request id those name is read (by
-    /// request id), and judged as a full pass judges it: a new second lock of a saga finished
-    /// long ago is a double effect, a new lock of a saga rolled back long ago an effect after
-    /// rollback, a saga finished since with nothing in force a missing effect, a new effect no
-    /// saga names an orphan. What a pass reads follows the traffic since the last one, not the
-    /// ledgers' and the table's history; `ledger_entries_max` bounds it the same way. Then the
-    /// checkpoint moves to what this pass read, by compare-and-set: two workers' passes racing
-    /// judge some effects twice (their tickets are idempotent) and skip none.
+    /// checkpoint yet, is a full pass): the ledger entries recorded since, the sagas finished
+    /// since, and the open findings. Every entry, old or new, of each request id those name is
+    /// read (by request id), and each id is judged as a full pass judges it, by the saga that
+    /// names it: a new second lock of a saga finished long ago is a double effect, a new lock
+    /// of a saga rolled back long ago an effect after rollback, a saga finished since (or long
+    /// ago, its lock reversed since) with nothing in force a missing effect, a new effect no
+    /// saga names an orphan.
+    ///
+    /// Bounded: a pass takes at most an eighth of `ledger_entries_max` new entries of each
+    /// ledger and as many finished sagas of each status; past that it stops where it got to,
+    /// says so (`behind`), and the next pass starts at once from there. Then the checkpoint
+    /// moves to what this pass read, by compare-and-set: two workers' passes racing judge some
+    /// effects twice (their tickets are idempotent) and skip none.
     pub async fn run_incremental(&self) -> Result<Report, Error> {
         let Some(from) = self.store.reconcile_checkpoint(CHECKPOINT).await? else { return self.run_first().await };
         let started_at_ms = self.store.now_ms().await?;
-        let (wms_ids, wms_seq, wms_new) = self.touched(Step::Wms, from.wms_seq).await?;
-        let (logistics_ids, logistics_seq, logistics_new) = self.touched(Step::Logistics, from.logistics_seq).await?;
-        let (finished, unreadable) = self.finished_since(from.since_ms).await?;
-        let mut ids = [wms_ids, logistics_ids];
-        for view in &finished {
-            for (index, step) in [Step::Wms, Step::Logistics].into_iter().enumerate() {
-                if let Some(id) = view.request_id(step) {
-                    ids[index].insert(id.to_owned());
-                }
+        let share = (self.section.ledger_entries_max / PASS_SHARE).max(1);
+        let wms = self.touched(Step::Wms, from.wms_seq, share).await?;
+        let logistics = self.touched(Step::Logistics, from.logistics_seq, share).await?;
+        let mut finished = self.finished_since(from.since_ms, share).await?;
+        // Open findings are judged again at every pass, as a full pass would, so their count
+        // goes on (and the alert on it) until a person resolves them: a saga's with the saga
+        // (read by biz_id: a missing effect's request id may be in no ledger and no column),
+        // an orphan's by its request id.
+        let mut ids = [wms.ids, logistics.ids];
+        let mut with_findings = BTreeSet::new();
+        for ticket in self.store.open_tickets_at(&[WMS_LEDGER_STEP, LOGISTICS_LEDGER_STEP], OPEN_FINDINGS_MAX).await? {
+            if !ticket.biz_id.starts_with(ORPHAN_KEY_PREFIX) {
+                with_findings.insert(ticket.biz_id);
+            } else if let Some(id) = ticket.evidence["request_id"].as_str() {
+                ids[usize::from(ticket.step == LOGISTICS_LEDGER_STEP)].insert(id.to_owned());
             }
         }
-        // Open findings are judged again at every pass, as a full pass would, so their count
-        // goes on (and the alert on it) until a person resolves them.
-        for ticket in self.store.tickets(Some(TicketState::Open), OPEN_FINDINGS_MAX).await? {
-            let index = match ticket.step.as_str() {
-                WMS_LEDGER_STEP => 0,
-                LOGISTICS_LEDGER_STEP => 1,
-                _ => continue,
-            };
-            if let Some(id) = ticket.evidence["request_id"].as_str() {
-                ids[index].insert(id.to_owned());
+        let judged: HashSet<&str> = finished.views.iter().map(|view| view.biz_id.as_str()).collect();
+        let with_findings: Vec<String> = with_findings.into_iter().filter(|id| !judged.contains(id.as_str())).collect();
+        let found_again = self.store.ledger_views_of(&with_findings).await?;
+        finished.views.extend(found_again.views);
+        finished.unreadable.extend(found_again.unreadable);
+        // Per step, the request ids to judge, and those the sagas read above name (judged with
+        // their saga; the rest by the saga found by request id).
+        let mut named: [HashSet<String>; 2] = Default::default();
+        for view in &finished.views {
+            for (index, step) in [Step::Wms, Step::Logistics].into_iter().enumerate() {
+                let id = view
+                    .request_id(step)
+                    .map_or_else(|| midflight_model::request_id(&view.biz_id, step), str::to_owned);
+                ids[index].insert(id.clone());
+                named[index].insert(id);
             }
         }
         let [wms_ids, logistics_ids] = ids;
-        let report =
-            Report { started_at_ms, incremental: true, new_entries: wms_new + logistics_new, ..Report::default() };
+        let others: [Vec<String>; 2] = [
+            wms_ids.iter().filter(|id| !named[0].contains(*id)).cloned().collect(),
+            logistics_ids.iter().filter(|id| !named[1].contains(*id)).cloned().collect(),
+        ];
+        let behind = wms.behind || logistics.behind || finished.next_since.is_some();
+        let report = Report {
+            started_at_ms,
+            incremental: true,
+            behind,
+            new_entries: wms.entries + logistics.entries,
+            ..Report::default()
+        };
         let mut pass = Pass {
             wms: self.read_entries_of(Step::Wms, wms_ids).await?,
             logistics: self.read_entries_of(Step::Logistics, logistics_ids).await?,
             report,
+            stepped_over: HashSet::new(),
         };
-        for view in &finished {
+        for view in &finished.views {
             pass.report.sagas_checked += 1;
             for step in [Step::Wms, Step::Logistics] {
                 self.check_saga(&mut pass, view, step).await?;
             }
         }
-        for row in &unreadable {
+        for row in &finished.unreadable {
             self.step_over(&mut pass, row);
         }
-        for step in [Step::Wms, Step::Logistics] {
-            self.check_unowned(&mut pass, step).await?;
-        }
-        let to = Checkpoint { wms_seq, logistics_seq, since_ms: started_at_ms - SINCE_MARGIN_MS };
+        let [wms_others, logistics_others] = others;
+        self.check_ids(&mut pass, Step::Wms, wms_others).await?;
+        self.check_ids(&mut pass, Step::Logistics, logistics_others).await?;
+        let since_ms = finished.next_since.unwrap_or(started_at_ms - SINCE_MARGIN_MS);
+        let to = Checkpoint { wms_seq: wms.last_seq, logistics_seq: logistics.last_seq, since_ms };
         if !self.store.advance_reconcile_checkpoint(CHECKPOINT, Some(&from), &to).await? {
             tracing::info!("another pass moved the reconciliation checkpoint first; this one's findings stand");
+        }
+        if behind {
+            tracing::info!(?to, "reconciliation is behind the traffic; the next pass starts at once");
         }
         Ok(self.finish(pass))
     }
@@ -266,23 +325,24 @@ impl Reconciler {
         Ok(report)
     }
 
-    /// The request ids of `step`'s ledger entries after `after`, the last entry's sequence
-    /// number, and how many entries there were.
-    async fn touched(&self, step: Step, after: u64) -> Result<(HashSet<String>, u64, u64), Error> {
+    /// The request ids of `step`'s ledger entries after `after`, at most `max` entries (whole
+    /// pages: a page more past it at the most).
+    async fn touched(&self, step: Step, after: u64, max: u64) -> Result<Touched, Error> {
         let (timeout, page_entries) =
             (Duration::from_millis(self.section.ledger_timeout_ms), self.section.ledger_page_entries);
-        let (mut ids, mut cursor, mut entries) = (HashSet::new(), after, 0u64);
+        let mut touched = Touched { ids: HashSet::new(), last_seq: after, entries: 0, behind: false };
         loop {
-            let (page, next) = self.page(step, &[], cursor, page_entries, timeout).await?;
-            entries += page.len() as u64;
-            if entries > self.section.ledger_entries_max {
-                return Err(Error::LedgerTooLarge { step: step.as_str(), limit: self.section.ledger_entries_max });
-            }
-            ids.extend(page.iter().map(|entry| entry.request_id.clone()));
-            let (full, progressed) = (page.len() >= page_entries as usize, next > cursor);
-            cursor = cursor.max(next);
+            let (page, next) = self.page(step, &[], touched.last_seq, page_entries, timeout).await?;
+            touched.entries += page.len() as u64;
+            touched.ids.extend(page.iter().map(|entry| entry.request_id.clone()));
+            let (full, progressed) = (page.len() >= page_entries as usize, next > touched.last_seq);
+            touched.last_seq = touched.last_seq.max(next);
             if !full || !progressed {
-                return Ok((ids, cursor, entries));
+                return Ok(touched);
+            }
+            if touched.entries >= max {
+                touched.behind = true;
+                return Ok(touched);
             }
         }
     }
@@ -339,24 +399,30 @@ impl Reconciler {
         })
     }
 
-    /// The DONE and ROLLED_BACK sagas last written since `since_ms`, and the rows among them
-    /// that cannot be read.
-    async fn finished_since(&self, since_ms: i64) -> Result<(Vec<LedgerView>, Vec<Unreadable>), Error> {
-        let (mut views, mut unreadable) = (Vec::new(), Vec::new());
+    /// The DONE and ROLLED_BACK sagas last written since `since_ms` (at most `max` of each,
+    /// oldest first), and the rows among them that cannot be read.
+    async fn finished_since(&self, since_ms: i64, max: u64) -> Result<Finished, Error> {
+        let mut finished = Finished::default();
         for status in Status::FINISHED {
-            let mut after = None;
+            let (mut after, mut read) = (None::<midflight_store::ScanCursor>, 0u64);
             loop {
                 let page =
                     self.store.finished_since(status, since_ms, after.as_ref(), self.section.table_page_rows).await?;
-                views.extend(page.views);
-                unreadable.extend(page.unreadable);
-                match page.next {
-                    Some(next) => after = Some(next),
-                    None => break,
+                read += (page.views.len() + page.unreadable.len()) as u64;
+                finished.views.extend(page.views);
+                finished.unreadable.extend(page.unreadable);
+                let Some(next) = page.next else { break };
+                if read >= max {
+                    // The next pass starts at the last one read (rows sharing its time are
+                    // judged twice).
+                    let since = finished.next_since.map_or(next.lease_until_ms, |s| s.min(next.lease_until_ms));
+                    finished.next_since = Some(since);
+                    break;
                 }
+                after = Some(next);
             }
         }
-        Ok((views, unreadable))
+        Ok(finished)
     }
 
     /// Logs and counts what a finished pass found.
@@ -376,6 +442,7 @@ impl Reconciler {
             owned_by_purged = report.owned_by_purged,
             incremental = report.incremental,
             new_entries = report.new_entries,
+            behind = report.behind,
             ledger_heap_mib,
             "reconciliation finished"
         );
@@ -426,6 +493,9 @@ impl Reconciler {
     /// A row that cannot be read: its effects are not judged (its status is unknown to the
     /// pass), nor called orphans (their request ids derive from its biz_id).
     fn step_over(&self, pass: &mut Pass, row: &Unreadable) {
+        if !pass.stepped_over.insert(row.biz_id.clone()) {
+            return;
+        }
         pass.report.unreadable += 1;
         for step in [Step::Wms, Step::Logistics] {
             pass.ledger_mut(step).own(&midflight_model::request_id(&row.biz_id, step));
@@ -459,21 +529,44 @@ impl Reconciler {
             .filter(|(_, effects)| !effects.in_force.is_empty() && !effects.owned)
             .map(|(id, _)| id.clone())
             .collect();
-        if unowned.is_empty() {
+        self.check_ids(pass, step, unowned).await
+    }
+
+    /// Judges `request_ids`, none of them named by a saga the pass judged already, by their
+    /// owner found by request id; failing that as a purged saga's (by its business row) or as
+    /// orphans. An owner whose row cannot be read is stepped over.
+    async fn check_ids(&self, pass: &mut Pass, step: Step, request_ids: Vec<String>) -> Result<(), Error> {
+        if request_ids.is_empty() {
             return Ok(());
         }
-        let late = self.store.owners_of(step, &unowned).await?;
+        let (late, unreadable) = self.store.owners_of(step, &request_ids).await?;
+        let mut stepped_over = HashSet::with_capacity(unreadable.len());
+        for row in &unreadable {
+            self.step_over(pass, row);
+            stepped_over.insert(midflight_model::request_id(&row.biz_id, step));
+        }
         let mut owners: HashMap<String, &midflight_model::Saga> = HashMap::with_capacity(late.len());
         for saga in &late {
             owners.entry(saga.request_id(step)).or_insert(saga);
         }
-        let ownerless: Vec<&str> = unowned.iter().map(String::as_str).filter(|id| !owners.contains_key(*id)).collect();
+        let ownerless: Vec<&str> = request_ids
+            .iter()
+            .map(String::as_str)
+            .filter(|id| !owners.contains_key(*id) && !stepped_over.contains(*id))
+            .collect();
         let purged = self.purged_owners(pass, step, &ownerless).await?;
-        for request_id in unowned {
+        for request_id in request_ids {
+            if stepped_over.contains(&request_id) {
+                continue;
+            }
             let owner = owners.get(&request_id).copied();
-            let effects = pass.ledger(step).by_request.get(&request_id).cloned().unwrap_or_default();
+            let mut effects = pass.ledger(step).by_request.get(&request_id).cloned().unwrap_or_default();
             if let Some((biz_id, status)) = purged.get(&request_id) {
-                // A purged saga finished long before the ledgers were read: settled.
+                // A purged saga finished long before the ledgers were read: settled. Judged on
+                // effects in force only, as a full pass judges it.
+                if effects.in_force.is_empty() {
+                    continue;
+                }
                 match classify(Some(*status), true, effects.in_force.len()) {
                     None => pass.report.owned_by_purged += 1,
                     Some(kind) => self.report(pass, kind, step, &request_id, &effects, Some(biz_id)).await?,
@@ -485,6 +578,9 @@ impl Reconciler {
             // changed during the walk, so it is not).
             let settled = owner.is_some_and(|saga| saga.updated_at_ms < pass.report.started_at_ms);
             let Some(kind) = classify(owner.map(|saga| saga.status), settled, effects.in_force.len()) else { continue };
+            if let (Some(saga), true) = (owner, effects.order_no.is_empty()) {
+                effects.order_no = saga.order_no.clone();
+            }
             let biz_id = owner.map(|saga| saga.biz_id.clone());
             self.report(pass, kind, step, &request_id, &effects, biz_id.as_deref()).await?;
         }
@@ -536,7 +632,7 @@ impl Reconciler {
             None => None,
         };
         let ticket = FindingTicket {
-            key: biz_id.map_or_else(|| format!("orphan:{request_id}"), str::to_owned),
+            key: biz_id.map_or_else(|| format!("{ORPHAN_KEY_PREFIX}{request_id}"), str::to_owned),
             step: match step {
                 Step::Wms => WMS_LEDGER_STEP,
                 Step::Logistics => LOGISTICS_LEDGER_STEP,

@@ -121,12 +121,22 @@ async fn unreadable_rows_do_not_stop_a_pass(db: &TestDb) {
     let answer = client.call(Call::LockStock, &ghost, Duration::from_secs(5)).await;
     assert_eq!(answer, Observation::Wms(WmsAnswer::Locked));
 
-    let report = reconciler(&db.store, client).run_once().await.expect("the pass completes");
+    let report = reconciler(&db.store, client.clone()).run_once().await.expect("the pass completes");
     assert_eq!((report.unreadable, report.sagas_checked), (2, 3), "{report:#?}");
     let found: Vec<(FindingKind, Option<&str>)> =
         report.findings.iter().map(|f| (f.kind, f.biz_id.as_deref())).collect();
     assert_eq!(found, vec![(FindingKind::Orphan, None)], "only the planted orphan: {report:#?}");
     assert_eq!(report.findings[0].request_id, request_id(&ghost.biz_id, Step::Wms));
+
+    // The periodic passes too, when a new entry names the unreadable saga: a second lock, as a
+    // legacy re-consumer would send it.
+    let periodic = reconciler(&db.store, client.clone());
+    periodic.run_incremental().await.expect("the first (full) pass");
+    mocks.set_wms_faults(Faults { legacy_mode: true, ..Faults::default() }).await;
+    let again = client.call(Call::LockStock, &sagas[0], Duration::from_secs(5)).await;
+    assert_eq!(again, Observation::Wms(WmsAnswer::Locked));
+    let next = periodic.run_incremental().await.expect("the pass completes");
+    assert_eq!((next.new_entries, next.unreadable), (1, 1), "{next:#?}");
 }
 both_engines!(reconcile_steps_over_unreadable_rows, unreadable_rows_do_not_stop_a_pass);
 
@@ -134,25 +144,27 @@ both_engines!(reconcile_steps_over_unreadable_rows, unreadable_rows_do_not_stop_
 /// full pass; one after nothing changed reads no entry and judges no saga; one after changes
 /// to sagas finished hours before (a second lock of a DONE saga, a lock of a ROLLED_BACK one,
 /// both as a legacy re-consumer would send them), a lock no saga owns, a saga finished since
-/// whose lock was reversed by hand, and one marked DONE that no ledger names finds them all,
-/// reading only their entries; the next
+/// or hours before whose lock was reversed by hand, and one marked DONE that no ledger names
+/// finds them all, reading only their entries; the next passes, even once those sagas are
+/// hours old,
 /// judges the open findings again (their count goes on) and reads no new entry.
 async fn incremental_passes_judge_what_changed(db: &TestDb) {
     const HOUR_MS: i64 = 3_600_000;
     let mocks = MockDownstreams::start(MockOptions::default()).await;
     let client = mocks.client();
     let done = drive_to_end(&db.store, &client, "O-0", "CN-ZJ", 1).await;
-    drive_to_end(&db.store, &client, "O-1", "CN-ZJ", 2).await;
+    let old_done = drive_to_end(&db.store, &client, "O-1", "CN-ZJ", 2).await;
     let rolled_back = drive_to_end(&db.store, &client, "O-XX", "XX", 3).await;
+    let untouched = drive_to_end(&db.store, &client, "O-4", "CN-ZJ", 6).await;
     assert_eq!((done.status, rolled_back.status), (Status::Done, Status::RolledBack));
-    for saga in [&done.biz_id, "O-1:PAID", &rolled_back.biz_id] {
+    for saga in [&done.biz_id, &old_done.biz_id, &rolled_back.biz_id, &untouched.biz_id] {
         let status = db.store.get(saga).await.expect("get").expect("row").status;
         age(&db.store, saga, status, 3 * HOUR_MS).await;
     }
     let reconciler = reconciler(&db.store, client.clone());
     let first = reconciler.run_incremental().await.expect("first pass");
     assert!(!first.incremental && first.findings_total() == 0, "a full pass: {first:#?}");
-    assert_eq!(first.sagas_checked, 3);
+    assert_eq!(first.sagas_checked, 4);
     let (wms_end, logistics_end) = (first.wms_entries, first.logistics_entries);
     let checkpoint = db.store.reconcile_checkpoint("periodic").await.expect("read").expect("written");
     assert_eq!((checkpoint.wms_seq, checkpoint.logistics_seq), (wms_end, logistics_end), "{first:#?}");
@@ -173,8 +185,10 @@ async fn incremental_passes_judge_what_changed(db: &TestDb) {
     let answer = client.call(Call::LockStock, &ghost, Duration::from_secs(5)).await;
     assert_eq!(answer, Observation::Wms(WmsAnswer::Locked));
     let recent = drive_to_end(&db.store, &client, "O-2", "CN-ZJ", 4).await;
-    let reversed = client.call(Call::ReverseLock, &recent, Duration::from_secs(5)).await;
-    assert!(matches!(reversed, Observation::Wms(_)), "{reversed:?}");
+    for saga in [&recent, &old_done] {
+        let reversed = client.call(Call::ReverseLock, saga, Duration::from_secs(5)).await;
+        assert!(matches!(reversed, Observation::Wms(_)), "{reversed:?}");
+    }
     // A saga marked DONE by hand that never called anyone: nothing in either ledger names it,
     // so only the read of what finished since can find it.
     let unsent = arrive(&db.store, &[event("O-3", "PAID", "CN-ZJ")], 5, 30_000).await.remove(0);
@@ -192,6 +206,7 @@ async fn incremental_passes_judge_what_changed(db: &TestDb) {
         (FindingKind::Orphan.as_str(), None),
         (FindingKind::DoubleEffect.as_str(), Some(done.biz_id.as_str())),
         (FindingKind::MissingEffect.as_str(), Some(recent.biz_id.as_str())),
+        (FindingKind::MissingEffect.as_str(), Some(old_done.biz_id.as_str())),
         (FindingKind::MissingEffect.as_str(), Some(unsent.biz_id.as_str())),
         (FindingKind::MissingEffect.as_str(), Some(unsent.biz_id.as_str())),
         (FindingKind::EffectAfterRollback.as_str(), Some(rolled_back.biz_id.as_str())),
@@ -199,16 +214,24 @@ async fn incremental_passes_judge_what_changed(db: &TestDb) {
     expected.sort();
     assert_eq!(found, expected, "{changed:#?}");
     assert_eq!(changed.sagas_checked, 2, "only the sagas finished since: {changed:#?}");
-    // The new entries: two legacy locks, the orphan, O-2's lock, its reversal and its shipment.
-    assert_eq!(changed.new_entries, 6, "{changed:#?}");
-    assert_eq!(changed.tickets_opened, 6);
-    // O-1's entries are not read: only the ids the changes name (and their older entries).
-    assert!(changed.wms_entries < wms_end + 5, "{changed:#?}");
+    // The new entries: two legacy locks, the orphan, O-2's lock, its reversal and its shipment,
+    // O-1's reversal.
+    assert_eq!(changed.new_entries, 7, "{changed:#?}");
+    assert_eq!(changed.tickets_opened, 7);
+    // Every WMS entry but O-4's lock: only the ids the changes name, with their older entries.
+    assert_eq!(changed.wms_entries, wms_end + 6 - 1, "{changed:#?}");
 
     let again = reconciler.run_incremental().await.expect("next pass");
-    assert_eq!((again.new_entries, again.findings_total(), again.tickets_already_open), (0, 6, 6), "{again:#?}");
+    assert_eq!((again.new_entries, again.findings_total(), again.tickets_already_open), (0, 7, 7), "{again:#?}");
     let moved = db.store.reconcile_checkpoint("periodic").await.expect("read").expect("written");
-    assert!(moved.wms_seq == wms_end + 5 && moved.logistics_seq == logistics_end + 1, "{moved:?}");
+    assert!(moved.wms_seq == wms_end + 6 && moved.logistics_seq == logistics_end + 1, "{moved:?}");
+    // Once the sagas finished since have left the window, their open findings still count.
+    for saga in [&recent.biz_id, &unsent.biz_id] {
+        age(&db.store, saga, Status::Done, 3 * HOUR_MS).await;
+    }
+    let later = reconciler.run_incremental().await.expect("a later pass");
+    // The five sagas with open findings, read by biz_id; none finished since.
+    assert_eq!((later.sagas_checked, later.findings_total(), later.tickets_already_open), (5, 7, 7), "{later:#?}");
 }
 both_engines!(incremental_reconciliation, incremental_passes_judge_what_changed);
 
@@ -237,10 +260,35 @@ async fn ledger_too_large_is_an_error(db: &TestDb) {
     assert_eq!((checkpoint.wms_seq, checkpoint.logistics_seq), (3, 3));
     let now = db.store.now_ms().await.expect("clock");
     let source = Source { topic: "orders".into(), partition: 0, offset: 99 };
-    let ghost = Saga::received(&event("GHOST", "PAID", "CN-ZJ"), source, now, now + 60_000);
+    let ghost = Saga::received(&event("GHOST", "PAID", "CN-ZJ"), source.clone(), now, now + 60_000);
     assert_eq!(client.call(Call::LockStock, &ghost, Duration::from_secs(5)).await, Observation::Wms(WmsAnswer::Locked));
     let next = periodic.run_incremental().await.expect("next pass");
-    assert_eq!((next.new_entries, next.orphans), (1, 1), "{next:#?}");
+    assert_eq!((next.new_entries, next.orphans, next.behind), (1, 1, false), "{next:#?}");
+
+    // A backlog past a pass's bound (here two entries a ledger) is taken in steps: each pass
+    // says it is behind, the next goes on from there, and every orphan is found once.
+    for n in 0..5 {
+        let ghost = Saga::received(&event(&format!("GHOST-{n}"), "PAID", "CN-ZJ"), source.clone(), now, now + 60_000);
+        assert_eq!(
+            client.call(Call::LockStock, &ghost, Duration::from_secs(5)).await,
+            Observation::Wms(WmsAnswer::Locked)
+        );
+    }
+    let section = ReconcileSection { ledger_entries_max: 16, ledger_page_entries: 2, ..ReconcileSection::default() };
+    let stepwise = Reconciler::new(db.store.clone(), client.clone(), section, "test".into());
+    let (mut passes, mut opened) = (0, 0);
+    loop {
+        let pass = stepwise.run_incremental().await.expect("a pass through the backlog");
+        passes += 1;
+        opened += pass.tickets_opened;
+        if !pass.behind {
+            break;
+        }
+        assert!(passes < 10, "{pass:#?}");
+    }
+    assert_eq!((passes, opened), (3, 5), "two passes behind, then the last");
+    let at = db.store.reconcile_checkpoint("periodic").await.expect("read").expect("written");
+    assert_eq!(at.wms_seq, 9, "{at:?}");
 }
 both_engines!(reconcile_refuses_an_oversized_ledger, ledger_too_large_is_an_error);
 

@@ -53,13 +53,14 @@ pub(crate) struct ViewRow {
 
 impl Store {
     /// The sagas whose stored request id of `step` is one of `request_ids` (any number; looked
-    /// up in batches of [`BATCH_ROWS_MAX`]).
-    pub async fn owners_of(&self, step: Step, request_ids: &[String]) -> Result<Vec<Saga>, Error> {
+    /// up in batches of [`BATCH_ROWS_MAX`]), and apart from them the rows found that cannot be
+    /// read.
+    pub async fn owners_of(&self, step: Step, request_ids: &[String]) -> Result<(Vec<Saga>, Vec<Unreadable>), Error> {
         let column = match step {
             Step::Wms => saga::Column::WmsRequestId,
             Step::Logistics => saga::Column::LogisticsRequestId,
         };
-        let mut out = Vec::with_capacity(request_ids.len());
+        let (mut out, mut unreadable) = (Vec::with_capacity(request_ids.len()), Vec::new());
         for batch in request_ids.chunks(BATCH_ROWS_MAX) {
             let operation = "look sagas up by request id";
             let rows = self
@@ -69,10 +70,14 @@ impl Store {
                 .await
                 .during(operation, None)?;
             for model in rows {
-                out.push(row::to_saga(model)?);
+                let biz_id = model.biz_id.clone();
+                match row::to_saga(model) {
+                    Ok(saga) => out.push(saga),
+                    Err(error) => unreadable.push(Unreadable { biz_id, error }),
+                }
             }
         }
-        Ok(out)
+        Ok((out, unreadable))
     }
 
     /// The business rows of `order_nos` whose saga row is gone (purged), as (biz_id, business
@@ -136,6 +141,42 @@ impl Store {
             }
         }
         page.next_after = if full { last } else { None };
+        Ok(page)
+    }
+}
+
+impl Store {
+    /// The sagas `biz_ids` names (those that exist), reduced as [`Store::ledger_view_page`]
+    /// reduces them, rows that cannot be read apart; looked up in batches of
+    /// [`BATCH_ROWS_MAX`].
+    pub async fn ledger_views_of(&self, biz_ids: &[String]) -> Result<ViewPage, Error> {
+        let mut page = ViewPage::default();
+        for batch in biz_ids.chunks(BATCH_ROWS_MAX) {
+            let rows = saga::Entity::find()
+                .select_only()
+                .columns([
+                    saga::Column::BizId,
+                    saga::Column::OrderNo,
+                    saga::Column::Status,
+                    saga::Column::Version,
+                    saga::Column::WmsRequestId,
+                    saga::Column::LogisticsRequestId,
+                    saga::Column::TrackingNo,
+                    saga::Column::UpdatedAtMs,
+                ])
+                .filter(saga::Column::BizId.is_in(dialect::padded(batch.to_vec())))
+                .into_model::<ViewRow>()
+                .all(&self.db)
+                .await
+                .during("read sagas for reconciliation", None)?;
+            for row in rows {
+                let biz_id = row.biz_id.clone();
+                match to_view(row) {
+                    Ok(view) => page.views.push(view),
+                    Err(error) => page.unreadable.push(Unreadable { biz_id, error }),
+                }
+            }
+        }
         Ok(page)
     }
 }

@@ -113,6 +113,19 @@ impl Store {
         rows.into_iter().map(to_ticket).collect()
     }
 
+    /// Open tickets at one of `steps`, newest first, at most `limit`.
+    pub async fn open_tickets_at(&self, steps: &[&str], limit: u64) -> Result<Vec<Ticket>, Error> {
+        let rows = manual_ticket::Entity::find()
+            .filter(manual_ticket::Column::State.eq(TicketState::Open.as_str()))
+            .filter(manual_ticket::Column::Step.is_in(steps.iter().copied()))
+            .order_by_desc(manual_ticket::Column::OpenedAtMs)
+            .limit(limit)
+            .all(&self.db)
+            .await
+            .during("list open tickets", None)?;
+        rows.into_iter().map(to_ticket).collect()
+    }
+
     /// The tickets of one saga.
     pub async fn tickets_of(&self, biz_id: &str) -> Result<Vec<Ticket>, Error> {
         let rows = manual_ticket::Entity::find()

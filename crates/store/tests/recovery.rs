@@ -154,9 +154,11 @@ async fn request_ids_find_their_saga(db: &TestDb) {
     };
     let written = store.write(&saga, &change, now, LEASE_MS, "test").await.expect("write").applied().expect("applied");
     let wms_id = request_id(&saga.biz_id, Step::Wms);
-    let found = store.owners_of(Step::Wms, &[wms_id.clone(), "mf-wms-unknown".into()]).await.expect("lookup");
+    let (found, unreadable) =
+        store.owners_of(Step::Wms, &[wms_id.clone(), "mf-wms-unknown".into()]).await.expect("lookup");
+    assert!(unreadable.is_empty());
     assert_eq!(found.iter().map(|s| s.biz_id.as_str()).collect::<Vec<_>>(), vec![saga.biz_id.as_str()]);
-    assert!(store.owners_of(Step::Logistics, &[wms_id]).await.expect("lookup").is_empty(), "steps do not mix");
+    assert!(store.owners_of(Step::Logistics, &[wms_id]).await.expect("lookup").0.is_empty(), "steps do not mix");
 
     let page = store.ledger_view_page("", 10).await.expect("page");
     assert!(page.unreadable.is_empty() && page.next_after.is_none(), "{page:?}");
