@@ -4,7 +4,8 @@
 //! pass did), the first periodic pass (a full one that writes the checkpoint), a quiet periodic
 //! pass, and one after `MIDFLIGHT_BENCH_NEW` (default 1,000) new sagas finished with their
 //! effects: time and ledger entries read by each. On SQLite and (with
-//! `MIDFLIGHT_TEST_MYSQL_URL`) MariaDB; the mocks keep their ledgers in SQLite, in process.
+//! `MIDFLIGHT_TEST_MYSQL_URL`) MariaDB, or only the one `MIDFLIGHT_BENCH_ENGINE` names
+//! (`sqlite` or `mysql`); the mocks keep their ledgers in SQLite, in process.
 //!
 //! Not a test: it prints one table row per engine and pass. Run:
 //! `MIDFLIGHT_TEST_MYSQL_URL=mysql://root@127.0.0.1:3306/test cargo bench -p midflight-recovery --bench reconcile_pass`.
@@ -31,7 +32,11 @@ fn main() {
     runtime.block_on(async {
         println!("| engine | sagas in history | pass | new sagas | ms | ledger entries read (wms + logistics) | new entries | sagas judged | findings |");
         println!("|---|---|---|---|---|---|---|---|---|");
-        for engine in [Engine::Sqlite, Engine::MySql] {
+        let only = std::env::var("MIDFLIGHT_BENCH_ENGINE").ok();
+        for (engine, name) in [(Engine::Sqlite, "sqlite"), (Engine::MySql, "mysql")] {
+            if only.as_deref().is_some_and(|only| only != name) {
+                continue;
+            }
             let Some(db) = TestDb::fresh(engine).await else { continue };
             bench(&db, history, new).await;
         }
