@@ -7,7 +7,7 @@ use sea_orm::{ConnectionTrait, FromQueryResult, Statement, Value};
 
 use crate::error::{Context, Error};
 use crate::lookup::{LedgerView, ViewRow, to_view};
-use crate::scan::{ScanCursor, Unreadable};
+use crate::scan::{ScanCursor, Unreadable, keyset_after, keyset_page};
 use crate::{Store, dialect, row::signed};
 
 /// How far a reconciliation read: the ledgers up to these sequence numbers, and the sagas
@@ -99,17 +99,7 @@ impl Store {
         limit: u64,
     ) -> Result<FinishedPage, Error> {
         let mut values: Vec<Value> = vec![status.as_str().into(), since_ms.into()];
-        let keyset = match after {
-            Some(cursor) => {
-                values.extend([
-                    cursor.lease_until_ms.into(),
-                    cursor.lease_until_ms.into(),
-                    cursor.biz_id.clone().into(),
-                ]);
-                "AND (lease_until_ms > ? OR (lease_until_ms = ? AND biz_id > ?))"
-            }
-            None => "",
-        };
+        let keyset = keyset_after(after, &mut values);
         values.push(i64::try_from(limit).unwrap_or(i64::MAX).into());
         let sql = format!(
             "SELECT biz_id, order_no, status, version, wms_request_id, logistics_request_id, tracking_no, updated_at_ms, \
@@ -120,20 +110,9 @@ impl Store {
         let statement = Statement::from_sql_and_values(self.backend, sql, values);
         let rows =
             self.patiently(operation, || self.db.query_all_raw(statement.clone())).await.during(operation, None)?;
-        let mut page = FinishedPage { views: Vec::with_capacity(rows.len()), ..FinishedPage::default() };
-        let mut last = None;
-        for r in &rows {
-            let biz_id: String = r.try_get("", "biz_id").during(operation, None)?;
-            let lease_until_ms: i64 = r.try_get("", "lease_until_ms").during(operation, Some(&biz_id))?;
-            match ViewRow::from_query_result(r, "").during(operation, Some(&biz_id)).and_then(to_view) {
-                Ok(view) => page.views.push(view),
-                Err(error) => page.unreadable.push(Unreadable { biz_id: biz_id.clone(), error }),
-            }
-            last = Some(ScanCursor { lease_until_ms, biz_id });
-        }
-        if rows.len() as u64 >= limit {
-            page.next = last;
-        }
-        Ok(page)
+        let (views, unreadable, next) = keyset_page(&rows, limit, operation, |r, biz_id| {
+            ViewRow::from_query_result(r, "").during(operation, Some(biz_id)).and_then(to_view)
+        })?;
+        Ok(FinishedPage { views, unreadable, next })
     }
 }

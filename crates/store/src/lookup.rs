@@ -111,18 +111,7 @@ impl Store {
     /// Rows whose values do not convert are returned apart, so one of them does not stop a
     /// pass over every row after it.
     pub async fn ledger_view_page(&self, after_biz_id: &str, limit: u64) -> Result<ViewPage, Error> {
-        let rows = saga::Entity::find()
-            .select_only()
-            .columns([
-                saga::Column::BizId,
-                saga::Column::OrderNo,
-                saga::Column::Status,
-                saga::Column::Version,
-                saga::Column::WmsRequestId,
-                saga::Column::LogisticsRequestId,
-                saga::Column::TrackingNo,
-                saga::Column::UpdatedAtMs,
-            ])
+        let rows = view_columns()
             .filter(saga::Column::BizId.gt(after_biz_id))
             .order_by_asc(saga::Column::BizId)
             .limit(limit)
@@ -152,18 +141,7 @@ impl Store {
     pub async fn ledger_views_of(&self, biz_ids: &[String]) -> Result<ViewPage, Error> {
         let mut page = ViewPage::default();
         for batch in biz_ids.chunks(BATCH_ROWS_MAX) {
-            let rows = saga::Entity::find()
-                .select_only()
-                .columns([
-                    saga::Column::BizId,
-                    saga::Column::OrderNo,
-                    saga::Column::Status,
-                    saga::Column::Version,
-                    saga::Column::WmsRequestId,
-                    saga::Column::LogisticsRequestId,
-                    saga::Column::TrackingNo,
-                    saga::Column::UpdatedAtMs,
-                ])
+            let rows = view_columns()
                 .filter(saga::Column::BizId.is_in(dialect::padded(batch.to_vec())))
                 .into_model::<ViewRow>()
                 .all(&self.db)
@@ -190,6 +168,20 @@ pub struct ViewPage {
     /// Where the next page starts (the last row's biz_id, readable or not), when this one was
     /// full.
     pub next_after: Option<String>,
+}
+
+/// The saga table, selecting the columns of a [`ViewRow`].
+fn view_columns() -> sea_orm::Select<saga::Entity> {
+    saga::Entity::find().select_only().columns([
+        saga::Column::BizId,
+        saga::Column::OrderNo,
+        saga::Column::Status,
+        saga::Column::Version,
+        saga::Column::WmsRequestId,
+        saga::Column::LogisticsRequestId,
+        saga::Column::TrackingNo,
+        saga::Column::UpdatedAtMs,
+    ])
 }
 
 pub(crate) fn to_view(row: ViewRow) -> Result<LedgerView, Error> {

@@ -9,7 +9,7 @@
 //! scan starts from the beginning again.
 
 use midflight_model::Saga;
-use sea_orm::{ConnectionTrait, FromQueryResult, Statement, Value};
+use sea_orm::{ConnectionTrait, FromQueryResult, QueryResult, Statement, Value};
 
 use crate::entity::saga;
 use crate::error::{Context, Error};
@@ -56,17 +56,7 @@ impl Store {
     pub async fn abandoned_after(&self, cursor: Option<&ScanCursor>, limit: u64) -> Result<ScanPage, Error> {
         let now = dialect::now_ms(self.backend);
         let mut values: Vec<Value> = Vec::with_capacity(4);
-        let after = match cursor {
-            Some(cursor) => {
-                values.extend([
-                    cursor.lease_until_ms.into(),
-                    cursor.lease_until_ms.into(),
-                    cursor.biz_id.clone().into(),
-                ]);
-                "AND (lease_until_ms > ? OR (lease_until_ms = ? AND biz_id > ?))"
-            }
-            None => "",
-        };
+        let after = keyset_after(cursor, &mut values);
         let sql = format!(
             "SELECT * FROM saga WHERE status IN ({}) AND lease_until_ms <= {now} AND next_attempt_at_ms <= {now} \
              {after} ORDER BY lease_until_ms, biz_id LIMIT ?",
@@ -77,22 +67,44 @@ impl Store {
         let statement = Statement::from_sql_and_values(self.backend, sql, values);
         let rows =
             self.patiently(operation, || self.db.query_all_raw(statement.clone())).await.during(operation, None)?;
-        let mut page = ScanPage { sagas: Vec::with_capacity(rows.len()), ..ScanPage::default() };
-        let mut last = None;
-        for r in &rows {
-            // The two columns the order and the cursor are made of come first: a row without
-            // them cannot be stepped over, and fails the page.
-            let biz_id: String = r.try_get("", "biz_id").during(operation, None)?;
-            let lease_until_ms: i64 = r.try_get("", "lease_until_ms").during(operation, Some(&biz_id))?;
-            match saga::Model::from_query_result(r, "").during(operation, Some(&biz_id)).and_then(row::to_saga) {
-                Ok(saga) => page.sagas.push(saga),
-                Err(error) => page.unreadable.push(Unreadable { biz_id: biz_id.clone(), error }),
-            }
-            last = Some(ScanCursor { lease_until_ms, biz_id });
-        }
-        if rows.len() as u64 >= limit {
-            page.next = last;
-        }
-        Ok(page)
+        let (sagas, unreadable, next) = keyset_page(&rows, limit, operation, |r, biz_id| {
+            saga::Model::from_query_result(r, "").during(operation, Some(biz_id)).and_then(row::to_saga)
+        })?;
+        Ok(ScanPage { sagas, unreadable, next })
     }
+}
+
+/// The condition (and its values, pushed on `values`) of the rows after `cursor` in
+/// (lease expiry, biz_id) order.
+pub(crate) fn keyset_after(cursor: Option<&ScanCursor>, values: &mut Vec<Value>) -> &'static str {
+    let Some(cursor) = cursor else { return "" };
+    values.extend([cursor.lease_until_ms.into(), cursor.lease_until_ms.into(), cursor.biz_id.clone().into()]);
+    "AND (lease_until_ms > ? OR (lease_until_ms = ? AND biz_id > ?))"
+}
+
+/// What [`keyset_page`] returns: the rows read, those that do not convert, the next cursor.
+pub(crate) type Keyed<T> = (Vec<T>, Vec<Unreadable>, Option<ScanCursor>);
+
+/// A page of `rows` in (lease expiry, biz_id) order, read with `convert`: the rows read, those
+/// that do not convert apart, and the cursor of the next page when `limit` rows came back. The
+/// two columns the order and the cursor are made of are read first: a row without them cannot
+/// be stepped over, and fails the page.
+pub(crate) fn keyset_page<T>(
+    rows: &[QueryResult],
+    limit: u64,
+    operation: &'static str,
+    convert: impl Fn(&QueryResult, &str) -> Result<T, Error>,
+) -> Result<Keyed<T>, Error> {
+    let (mut read, mut unreadable, mut last) = (Vec::with_capacity(rows.len()), Vec::new(), None);
+    for r in rows {
+        let biz_id: String = r.try_get("", "biz_id").during(operation, None)?;
+        let lease_until_ms: i64 = r.try_get("", "lease_until_ms").during(operation, Some(&biz_id))?;
+        match convert(r, &biz_id) {
+            Ok(value) => read.push(value),
+            Err(error) => unreadable.push(Unreadable { biz_id: biz_id.clone(), error }),
+        }
+        last = Some(ScanCursor { lease_until_ms, biz_id });
+    }
+    let next = if rows.len() as u64 >= limit { last } else { None };
+    Ok((read, unreadable, next))
 }
