@@ -99,11 +99,13 @@ pub(crate) fn reconciler_started() {
     }
 }
 
-/// Counts a finished reconciliation's findings by kind and by what became of their ticket
-/// (`resolved_before`: a person accepted that very finding before).
+/// Counts a finished reconciliation (`behind` when it stopped at its bound) and its findings by
+/// kind and by what became of their ticket (`resolved_before`: a person accepted that very
+/// finding before).
 pub(crate) fn reconciled(report: &Report) {
     let instruments = instruments();
-    instruments.reconciler_runs.add(1, &[KeyValue::new("result", "ok")]);
+    let result = if report.behind { "behind" } else { "ok" };
+    instruments.reconciler_runs.add(1, &[KeyValue::new("result", result)]);
     for ((kind, ticket), count) in &report.by_kind_and_ticket {
         instruments.reconciler_findings.add(*count, &finding_labels(kind, ticket));
     }

@@ -166,7 +166,7 @@ pub const RECONCILER_RUNS: Spec = Spec {
     prometheus: "midflight_reconciler_runs_total",
     kind: Kind::Counter,
     attributes: &["result"],
-    help: "Reconciliation passes, by whether they completed.",
+    help: "Reconciliation passes, by result: ok, behind (completed at its bound, short of the present; the next starts at once), or error.",
 };
 pub const CONSUMER_LAG: Spec = Spec {
     name: "midflight.consumer.lag",
