@@ -27,7 +27,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
-use midflight_api::client::Downstreams;
+use midflight_api::client::{Downstreams, LedgerEntry};
 use midflight_model::{Status, Step};
 use midflight_store::{
     Checkpoint, FindingTicket, LOGISTICS_LEDGER_STEP, LedgerView, Store, TicketOutcome, Unreadable, WMS_LEDGER_STEP,
@@ -328,75 +328,82 @@ impl Reconciler {
     /// The request ids of `step`'s ledger entries after `after`, at most `max` entries (whole
     /// pages: a page more past it at the most).
     async fn touched(&self, step: Step, after: u64, max: u64) -> Result<Touched, Error> {
-        let (timeout, page_entries) =
-            (Duration::from_millis(self.section.ledger_timeout_ms), self.section.ledger_page_entries);
-        let mut touched = Touched { ids: HashSet::new(), last_seq: after, entries: 0, behind: false };
-        loop {
-            let (page, next) = self.page(step, &[], touched.last_seq, page_entries, timeout).await?;
-            touched.entries += page.len() as u64;
-            touched.ids.extend(page.iter().map(|entry| entry.request_id.clone()));
-            let (full, progressed) = (page.len() >= page_entries as usize, next > touched.last_seq);
-            touched.last_seq = touched.last_seq.max(next);
-            if !full || !progressed {
-                return Ok(touched);
-            }
-            if touched.entries >= max {
-                touched.behind = true;
-                return Ok(touched);
-            }
-        }
+        let (mut ids, mut entries) = (HashSet::new(), 0u64);
+        let (last_seq, behind) = self
+            .walk_ledger(step, &[], after, |page| {
+                entries += page.len() as u64;
+                ids.extend(page.into_iter().map(|entry| entry.request_id));
+                Ok(entries < max)
+            })
+            .await?;
+        Ok(Touched { ids, last_seq, entries, behind })
     }
 
     /// The last sequence number of `step`'s ledger, read page by page and kept nowhere.
     async fn ledger_end(&self, step: Step) -> Result<u64, Error> {
-        let (timeout, page_entries) =
-            (Duration::from_millis(self.section.ledger_timeout_ms), self.section.ledger_page_entries);
-        let mut cursor = 0;
-        loop {
-            let (page, next) = self.page(step, &[], cursor, page_entries, timeout).await?;
-            let (full, progressed) = (page.len() >= page_entries as usize, next > cursor);
-            cursor = cursor.max(next);
-            if !full || !progressed {
-                return Ok(cursor);
-            }
-        }
+        Ok(self.walk_ledger(step, &[], 0, |_| Ok(true)).await?.0)
+    }
+
+    /// `step`'s whole ledger, folded; at most `ledger_entries_max` entries.
+    async fn read_ledger(&self, step: Step) -> Result<Ledger, Error> {
+        let mut ledger = Ledger::default();
+        self.fold_ledger(step, &[], &mut ledger).await?;
+        Ok(ledger)
     }
 
     /// Every entry of `step`'s ledger under `ids`, folded; at most `ledger_entries_max`.
     async fn read_entries_of(&self, step: Step, ids: HashSet<String>) -> Result<Ledger, Error> {
-        let (timeout, page_entries) =
-            (Duration::from_millis(self.section.ledger_timeout_ms), self.section.ledger_page_entries);
         let ids: Vec<String> = ids.into_iter().collect();
         let mut ledger = Ledger::default();
         for chunk in ids.chunks(REQUEST_IDS_PER_CALL) {
-            let mut cursor = 0;
-            loop {
-                let (page, next) = self.page(step, chunk, cursor, page_entries, timeout).await?;
-                if ledger.entries + page.len() as u64 > self.section.ledger_entries_max {
-                    return Err(Error::LedgerTooLarge { step: step.as_str(), limit: self.section.ledger_entries_max });
-                }
-                ledger.fold(&page);
-                if page.len() < page_entries as usize || next <= cursor {
-                    break;
-                }
-                cursor = next;
-            }
+            self.fold_ledger(step, chunk, &mut ledger).await?;
         }
         Ok(ledger)
     }
 
-    async fn page(
+    /// Folds `step`'s ledger entries (only those under `ids` when given) into `ledger`, failing
+    /// once it would hold more than `ledger_entries_max`.
+    async fn fold_ledger(&self, step: Step, ids: &[String], ledger: &mut Ledger) -> Result<(), Error> {
+        let max = self.section.ledger_entries_max;
+        self.walk_ledger(step, ids, 0, |page| {
+            if ledger.entries + page.len() as u64 > max {
+                return Err(Error::LedgerTooLarge { step: step.as_str(), limit: max });
+            }
+            ledger.fold(&page);
+            Ok(true)
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Hands `step`'s ledger (only the entries under `ids` when given) to `visit` a page at a
+    /// time from after `cursor`, until a short page or a cursor that does not move (the end),
+    /// or `visit` answers `false`. Returns the last sequence number reached, and whether it
+    /// stopped at `visit`'s word short of the end.
+    async fn walk_ledger(
         &self,
         step: Step,
         ids: &[String],
-        cursor: u64,
-        page_entries: u32,
-        timeout: Duration,
-    ) -> Result<(Vec<midflight_api::client::LedgerEntry>, u64), Error> {
-        Ok(match step {
-            Step::Wms => self.downstreams.wms_ledger_of(ids, cursor, page_entries, timeout).await?,
-            Step::Logistics => self.downstreams.logistics_ledger_of(ids, cursor, page_entries, timeout).await?,
-        })
+        mut cursor: u64,
+        mut visit: impl FnMut(Vec<LedgerEntry>) -> Result<bool, Error>,
+    ) -> Result<(u64, bool), Error> {
+        let (timeout, page_entries) =
+            (Duration::from_millis(self.section.ledger_timeout_ms), self.section.ledger_page_entries);
+        loop {
+            let (page, next) = match step {
+                Step::Wms => self.downstreams.wms_ledger_of(ids, cursor, page_entries, timeout).await?,
+                Step::Logistics => self.downstreams.logistics_ledger_of(ids, cursor, page_entries, timeout).await?,
+            };
+            let (full, progressed) = (page.len() >= page_entries as usize, next > cursor);
+            cursor = cursor.max(next);
+            let go_on = visit(page)?;
+            if !full || !progressed {
+                return Ok((cursor, false));
+            }
+            if !go_on {
+                return Ok((cursor, true));
+            }
+        }
     }
 
     /// The DONE and ROLLED_BACK sagas last written since `since_ms` (at most `max` of each,
@@ -447,27 +454,6 @@ impl Reconciler {
             "reconciliation finished"
         );
         report
-    }
-
-    async fn read_ledger(&self, step: Step) -> Result<Ledger, Error> {
-        let timeout = Duration::from_millis(self.section.ledger_timeout_ms);
-        let page_entries = self.section.ledger_page_entries;
-        let mut ledger = Ledger::default();
-        let mut cursor = 0;
-        loop {
-            let (entries, next) = match step {
-                Step::Wms => self.downstreams.wms_ledger(cursor, page_entries, timeout).await?,
-                Step::Logistics => self.downstreams.logistics_ledger(cursor, page_entries, timeout).await?,
-            };
-            if ledger.entries + entries.len() as u64 > self.section.ledger_entries_max {
-                return Err(Error::LedgerTooLarge { step: step.as_str(), limit: self.section.ledger_entries_max });
-            }
-            ledger.fold(&entries);
-            if entries.len() < page_entries as usize || next <= cursor {
-                return Ok(ledger);
-            }
-            cursor = next;
-        }
     }
 
     async fn walk_table(&self, pass: &mut Pass) -> Result<(), Error> {

@@ -43,8 +43,9 @@ pub(crate) fn observe(stats: &Arc<Stats>) {
 }
 
 /// Samples the table once: rows per unfinished status, the oldest untouched row of each, the
-/// oldest finished row still kept, open tickets. Finished statuses are not sampled: counting them reads the table's whole history
-/// (finished sagas are counted as they finish, by `midflight_saga_transitions_total`).
+/// oldest finished row still kept, open tickets. Finished statuses are not counted: counting
+/// them reads the table's whole history (finished sagas are counted as they finish, by
+/// `midflight_saga_transitions_total`).
 pub async fn sample_table(store: &Store) -> Result<(), midflight_store::Error> {
     let summary = store.unfinished_summary().await?;
     let tickets = store.open_ticket_count().await?;

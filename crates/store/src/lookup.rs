@@ -69,13 +69,7 @@ impl Store {
                 })
                 .await
                 .during(operation, None)?;
-            for model in rows {
-                let biz_id = model.biz_id.clone();
-                match row::to_saga(model) {
-                    Ok(saga) => out.push(saga),
-                    Err(error) => unreadable.push(Unreadable { biz_id, error }),
-                }
-            }
+            Unreadable::split(rows, |model| model.biz_id.clone(), row::to_saga, &mut out, &mut unreadable);
         }
         Ok((out, unreadable))
     }
@@ -119,22 +113,12 @@ impl Store {
             .all(&self.db)
             .await
             .during("page through sagas for reconciliation", None)?;
-        let full = rows.len() as u64 >= limit;
-        let mut page = ViewPage { views: Vec::with_capacity(rows.len()), ..ViewPage::default() };
-        let last = rows.last().map(|row| row.biz_id.clone());
-        for row in rows {
-            let biz_id = row.biz_id.clone();
-            match to_view(row) {
-                Ok(view) => page.views.push(view),
-                Err(error) => page.unreadable.push(Unreadable { biz_id, error }),
-            }
-        }
-        page.next_after = if full { last } else { None };
+        let next_after = if rows.len() as u64 >= limit { rows.last().map(|row| row.biz_id.clone()) } else { None };
+        let mut page = ViewPage { next_after, ..ViewPage::default() };
+        page.take(rows);
         Ok(page)
     }
-}
 
-impl Store {
     /// The sagas `biz_ids` names (those that exist), reduced as [`Store::ledger_view_page`]
     /// reduces them, rows that cannot be read apart; looked up in batches of
     /// [`BATCH_ROWS_MAX`].
@@ -147,13 +131,7 @@ impl Store {
                 .all(&self.db)
                 .await
                 .during("read sagas for reconciliation", None)?;
-            for row in rows {
-                let biz_id = row.biz_id.clone();
-                match to_view(row) {
-                    Ok(view) => page.views.push(view),
-                    Err(error) => page.unreadable.push(Unreadable { biz_id, error }),
-                }
-            }
+            page.take(rows);
         }
         Ok(page)
     }
@@ -168,6 +146,13 @@ pub struct ViewPage {
     /// Where the next page starts (the last row's biz_id, readable or not), when this one was
     /// full.
     pub next_after: Option<String>,
+}
+
+impl ViewPage {
+    /// Adds `rows` to the page, those that do not convert apart.
+    fn take(&mut self, rows: Vec<ViewRow>) {
+        Unreadable::split(rows, |row| row.biz_id.clone(), to_view, &mut self.views, &mut self.unreadable);
+    }
 }
 
 /// The saga table, selecting the columns of a [`ViewRow`].

@@ -197,9 +197,10 @@ impl Store {
         self.summary(&unfinished_summary_sql(self.backend)).await
     }
 
-    /// For each finished status (DONE, ROLLED_BACK), the earliest `lease_until_ms` of the table's rows (a finished
-    /// row's last write plus at most one lease): how far back the finished sagas still kept
-    /// go. Two reads of the first entry of `saga_recovery`, whatever the table holds.
+    /// For each finished status (DONE, ROLLED_BACK), the earliest `lease_until_ms` of the
+    /// table's rows (a finished row's last write plus at most one lease): how far back the
+    /// finished sagas still kept go. Two reads of the first entry of `saga_recovery`, whatever
+    /// the table holds.
     pub async fn oldest_finished(&self) -> Result<Vec<(Status, i64)>, Error> {
         let mut out = Vec::with_capacity(2);
         for status in Status::FINISHED {
@@ -438,7 +439,7 @@ fn first_unfinished_sql(backend: sea_orm::DbBackend, orders: usize, extra: &str)
     )
 }
 
-/// [`Store::unfinished_summary`]'s statement.
+/// [`Store::oldest_finished`]'s statement, for one status.
 fn oldest_finished_sql(backend: sea_orm::DbBackend) -> String {
     format!(
         "SELECT MIN(lease_until_ms) AS oldest FROM {} WHERE status = ?",
@@ -446,6 +447,7 @@ fn oldest_finished_sql(backend: sea_orm::DbBackend) -> String {
     )
 }
 
+/// [`Store::unfinished_summary`]'s statement.
 fn unfinished_summary_sql(backend: sea_orm::DbBackend) -> String {
     format!(
         "SELECT status, COUNT(*) AS n, MIN(updated_at_ms) AS oldest FROM {} WHERE status IN ({}) GROUP BY status",

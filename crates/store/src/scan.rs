@@ -49,6 +49,26 @@ pub struct Unreadable {
     pub error: Error,
 }
 
+impl Unreadable {
+    /// Each of `rows` converted onto `read`, those that do not convert onto `unreadable` under
+    /// the biz_id `biz_id` reads off them.
+    pub(crate) fn split<R, T>(
+        rows: impl IntoIterator<Item = R>,
+        biz_id: impl Fn(&R) -> String,
+        convert: impl Fn(R) -> Result<T, Error>,
+        read: &mut Vec<T>,
+        unreadable: &mut Vec<Unreadable>,
+    ) {
+        for row in rows {
+            let id = biz_id(&row);
+            match convert(row) {
+                Ok(value) => read.push(value),
+                Err(error) => unreadable.push(Unreadable { biz_id: id, error }),
+            }
+        }
+    }
+}
+
 impl Store {
     /// Like [`Store::abandoned`], but only rows after `cursor` in (lease expiry, biz_id) order,
     /// at most `limit`, with the cursor of the next page when this one is full. The cursor is
