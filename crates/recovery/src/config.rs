@@ -124,6 +124,14 @@ pub struct ReconcileSection {
     /// `ledger_entries_max` stops once the ledgers outgrow it. `sagactl reconcile` is always a
     /// full pass.
     pub incremental: bool,
+    /// How many entries behind its checkpoint each periodic pass reads again, to meet the
+    /// entries a downstream made visible after later ones: a ledger numbered when a write
+    /// begins (an auto-increment key) shows an entry only once its transaction commits, so a
+    /// slow commit appears behind entries already read. Only entries this process's previous
+    /// pass did not see are judged (a process's first pass judges all of them once). Size it
+    /// to the entries a downstream records during its slowest commit: 10,000 is about 2.5 s of
+    /// one ledger at the user's peak. At most `ledger_entries_max` / 8; 0 reads nothing again.
+    pub ledger_reread_entries: u64,
 }
 
 impl Default for RecoveryConfig {
@@ -205,6 +213,7 @@ impl Default for ReconcileSection {
             table_page_rows: 500,
             findings_listed_max: 1_000,
             incremental: true,
+            ledger_reread_entries: 10_000,
         }
     }
 }
@@ -243,6 +252,14 @@ impl ReconcileSection {
         }
         if self.table_page_rows > SCAN_BATCH_MAX {
             problems.push(format!("{at}.table_page_rows must be at most {SCAN_BATCH_MAX}"));
+        }
+        let reread_max = self.ledger_entries_max / crate::reconcile::PASS_SHARE;
+        if self.ledger_reread_entries > reread_max {
+            problems.push(format!(
+                "{at}.ledger_reread_entries must be at most ledger_entries_max / {} ({reread_max}); got {}",
+                crate::reconcile::PASS_SHARE,
+                self.ledger_reread_entries
+            ));
         }
         problems
     }
@@ -306,10 +323,19 @@ mod tests {
         config.recovery.scan_batch = 0;
         config.recovery.concurrency_max = 0;
         config.reconcile.ledger_page_entries = 5_000;
+        config.reconcile.ledger_reread_entries = 200_000;
         config.rules.retry.attempts_max = 0;
         config.driver.lease_ms = 10;
         let problems = config.problems();
-        for needle in ["instance", "scan_interval_ms", "scan_batch", "concurrency_max", "ledger_page", "attempts_max"] {
+        for needle in [
+            "instance",
+            "scan_interval_ms",
+            "scan_batch",
+            "concurrency_max",
+            "ledger_page",
+            "ledger_reread",
+            "attempts_max",
+        ] {
             assert!(problems.iter().any(|p| p.contains(needle)), "{needle} not reported in {problems:#?}");
         }
         assert!(problems.iter().any(|p| p.starts_with("driver.lease_ms")), "{problems:#?}");

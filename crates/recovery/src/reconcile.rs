@@ -13,8 +13,10 @@
 //! The periodic passes ([`Reconciler::run_incremental`]) read only what changed since the last
 //! one, from a checkpoint in the table: the entries recorded since, the sagas finished since
 //! and the open findings name a set of request ids, whose entries (old and new) are read by
-//! request id and judged by the same rule. A full pass stays for `sagactl reconcile` and for
-//! the first periodic pass.
+//! request id and judged by the same rule. Each also reads the last `ledger_reread_entries`
+//! before its checkpoint again and judges the entries there its process had not seen: a
+//! downstream may show an entry after later ones (numbered when its write began, committed
+//! after theirs). A full pass stays for `sagactl reconcile` and for the first periodic pass.
 //!
 //! A purged saga is gone from the table while its effects stay in the ledgers. Its business
 //! row is never purged, though, and request ids derive from biz_ids: an effect under a request
@@ -24,7 +26,8 @@
 //! reversal, are findings. This holds whatever the purge's horizon is or was, and for a
 //! `sagactl reconcile` that knows nothing of it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use midflight_api::client::{Downstreams, LedgerEntry};
@@ -42,9 +45,44 @@ use crate::ledger::{Effects, Evidence, FindingKind, Ledger, classify, fingerprin
 struct Touched {
     ids: HashSet<String>,
     last_seq: u64,
+    /// New entries: after the checkpoint.
     entries: u64,
+    /// Entries behind the checkpoint that the previous pass's window covered and did not see.
+    late: u64,
+    /// How far behind the checkpoint the deepest of those was, in sequence numbers.
+    late_depth_max: u64,
+    /// Entries behind the checkpoint that no window of this process covered, judged again.
+    reread: u64,
+    /// What this read saw of the entries the next pass reads again.
+    window: Window,
     /// It stopped at its bound, short of the ledger's end.
     behind: bool,
+}
+
+/// What a periodic pass of this process read of one ledger's last `ledger_reread_entries`
+/// before the checkpoint it set: the sequence numbers it covered, `(after, upto]`, and those
+/// it saw there. The next pass reads them again and judges only the entries it did not see.
+#[derive(Debug, Clone, Default)]
+struct Window {
+    after: u64,
+    upto: u64,
+    seen: HashSet<u64>,
+}
+
+impl Window {
+    /// What a read of `seqs` (every entry it met after `start`, up to `upto`) covered of the
+    /// last `reread` sequence numbers.
+    fn after_read(start: u64, upto: u64, reread: u64, seqs: impl IntoIterator<Item = u64>) -> Window {
+        let after = start.max(upto.saturating_sub(reread));
+        Window { after, upto, seen: seqs.into_iter().filter(|seq| *seq > after).collect() }
+    }
+
+    /// An entry under `seq` was read by the pass that left this window (`Some(false)`), was
+    /// covered and not there then (`Some(true)`: made visible since, behind later ones), or
+    /// was not covered (`None`).
+    fn late(&self, seq: u64) -> Option<bool> {
+        if self.seen.contains(&seq) { Some(false) } else { (self.after < seq && seq <= self.upto).then_some(true) }
+    }
 }
 
 /// What [`Reconciler::finished_since`] read.
@@ -59,7 +97,7 @@ struct Finished {
 /// A pass takes at most `ledger_entries_max` divided by this of new entries of each ledger and
 /// of finished sagas of each status, so what it folds (their entries, old and new, by request
 /// id) stays well inside `ledger_entries_max`.
-const PASS_SHARE: u64 = 8;
+pub(crate) const PASS_SHARE: u64 = 8;
 
 /// Name of the periodic passes' checkpoint in `reconcile_checkpoint`.
 pub const CHECKPOINT: &str = "periodic";
@@ -102,6 +140,17 @@ pub struct Report {
     pub new_entries: u64,
     /// An incremental pass stopped at its bound, short of the present: the next starts at once.
     pub behind: bool,
+    /// Of an incremental pass, entries behind the checkpoint (within
+    /// `ledger_reread_entries`) that were not there when this process's previous pass read
+    /// the same range: made visible after later entries (a slow commit). Judged now.
+    pub late_entries: u64,
+    /// How far behind the checkpoint the deepest late entry was, in sequence numbers: near
+    /// `ledger_reread_entries`, entries later still may fall outside what is read again.
+    pub late_depth_max: u64,
+    /// Of an incremental pass, entries behind the checkpoint that no earlier pass of this
+    /// process read (its first pass, or one after another process moved the checkpoint),
+    /// judged again.
+    pub reread_entries: u64,
     pub wms_entries: u64,
     pub logistics_entries: u64,
     pub sagas_checked: u64,
@@ -161,6 +210,8 @@ pub struct Reconciler {
     downstreams: Downstreams,
     section: ReconcileSection,
     actor: String,
+    /// What the last periodic pass saw behind its checkpoint, per ledger (WMS, logistics).
+    windows: Arc<Mutex<[Window; 2]>>,
 }
 
 /// The state of one pass.
@@ -175,7 +226,7 @@ struct Pass {
 impl Reconciler {
     /// `actor` names who opens the tickets (e.g. `recovery:<owner>` or `operator:<name>`).
     pub fn new(store: Store, downstreams: Downstreams, section: ReconcileSection, actor: String) -> Reconciler {
-        Reconciler { store, downstreams, section, actor }
+        Reconciler { store, downstreams, section, actor, windows: Arc::default() }
     }
 
     /// One full pass. Fails (opening no further tickets) when a ledger cannot be read whole.
@@ -189,21 +240,22 @@ impl Reconciler {
         if self.section.incremental { self.run_incremental().await } else { self.run_once().await }
     }
 
-    /// A full pass, and how far it read the ledgers (WMS, logistics).
-    async fn full(&self) -> Result<(Report, u64, u64), Error> {
+    /// A full pass, and what it read of the ledgers' ends (WMS, logistics).
+    async fn full(&self) -> Result<(Report, [Window; 2]), Error> {
         let started_at_ms = self.store.now_ms().await?;
+        let (wms, wms_window) = self.read_ledger(Step::Wms).await?;
+        let (logistics, logistics_window) = self.read_ledger(Step::Logistics).await?;
         let mut pass = Pass {
-            wms: self.read_ledger(Step::Wms).await?,
-            logistics: self.read_ledger(Step::Logistics).await?,
+            wms,
+            logistics,
             report: Report { started_at_ms, ..Report::default() },
             stepped_over: HashSet::new(),
         };
-        let ends = (pass.wms.last_seq, pass.logistics.last_seq);
         self.walk_table(&mut pass).await?;
         for step in [Step::Wms, Step::Logistics] {
             self.check_unowned(&mut pass, step).await?;
         }
-        Ok((self.finish(pass), ends.0, ends.1))
+        Ok((self.finish(pass), [wms_window, logistics_window]))
     }
 
     /// A pass over what changed since the periodic passes' checkpoint (the first one, with no
@@ -224,8 +276,9 @@ impl Reconciler {
         let Some(from) = self.store.reconcile_checkpoint(CHECKPOINT).await? else { return self.run_first().await };
         let started_at_ms = self.store.now_ms().await?;
         let share = (self.section.ledger_entries_max / PASS_SHARE).max(1);
-        let wms = self.touched(Step::Wms, from.wms_seq, share).await?;
-        let logistics = self.touched(Step::Logistics, from.logistics_seq, share).await?;
+        let [wms_window, logistics_window] = self.windows.lock().expect("windows lock").clone();
+        let wms = self.touched(Step::Wms, from.wms_seq, share, &wms_window).await?;
+        let logistics = self.touched(Step::Logistics, from.logistics_seq, share, &logistics_window).await?;
         let mut finished = self.finished_since(from.since_ms, share).await?;
         // Open findings are judged again at every pass, as a full pass would, so their count
         // goes on (and the alert on it) until a person resolves them: a saga's with the saga
@@ -268,8 +321,21 @@ impl Reconciler {
             incremental: true,
             behind,
             new_entries: wms.entries + logistics.entries,
+            late_entries: wms.late + logistics.late,
+            late_depth_max: wms.late_depth_max.max(logistics.late_depth_max),
+            reread_entries: wms.reread + logistics.reread,
             ..Report::default()
         };
+        if report.late_entries > 0 {
+            tracing::warn!(
+                late = report.late_entries,
+                depth_max = report.late_depth_max,
+                reread = self.section.ledger_reread_entries,
+                "ledger entries appeared behind entries read before them (committed out of order); judging them now. \
+                 Entries later than reconcile.ledger_reread_entries behind the checkpoint are not read again"
+            );
+        }
+        let windows = [wms.window, logistics.window];
         let mut pass = Pass {
             wms: self.read_entries_of(Step::Wms, wms_ids).await?,
             logistics: self.read_entries_of(Step::Logistics, logistics_ids).await?,
@@ -293,6 +359,8 @@ impl Reconciler {
         if !self.store.advance_reconcile_checkpoint(CHECKPOINT, Some(&from), &to).await? {
             tracing::info!("another pass moved the reconciliation checkpoint first; this one's findings stand");
         }
+        // What this pass read stays true whoever moved the checkpoint.
+        *self.windows.lock().expect("windows lock") = windows;
         if behind {
             tracing::info!(?to, "reconciliation is behind the traffic; the next pass starts at once");
         }
@@ -305,7 +373,7 @@ impl Reconciler {
     /// warning says so), what comes after is.
     async fn run_first(&self) -> Result<Report, Error> {
         let started_at_ms = self.store.now_ms().await?;
-        let (report, wms_seq, logistics_seq) = match self.full().await {
+        let (report, windows) = match self.full().await {
             Ok(done) => done,
             Err(Error::LedgerTooLarge { step, limit }) => {
                 tracing::warn!(
@@ -314,41 +382,77 @@ impl Reconciler {
                     "a ledger is past reconcile.ledger_entries_max, so it cannot be reconciled whole; \
                      reconciling from the ledgers' current ends on, and not what they recorded before"
                 );
-                let wms_seq = self.ledger_end(Step::Wms).await?;
-                let logistics_seq = self.ledger_end(Step::Logistics).await?;
-                (Report { started_at_ms, incremental: true, ..Report::default() }, wms_seq, logistics_seq)
+                let windows = [self.ledger_end(Step::Wms).await?, self.ledger_end(Step::Logistics).await?];
+                (Report { started_at_ms, incremental: true, ..Report::default() }, windows)
             }
             Err(error) => return Err(error),
         };
+        let (wms_seq, logistics_seq) = (windows[0].upto, windows[1].upto);
         let to = Checkpoint { wms_seq, logistics_seq, since_ms: started_at_ms - SINCE_MARGIN_MS };
         self.store.advance_reconcile_checkpoint(CHECKPOINT, None, &to).await?;
+        *self.windows.lock().expect("windows lock") = windows;
         Ok(report)
     }
 
     /// The request ids of `step`'s ledger entries after `after`, at most `max` entries (whole
-    /// pages: a page more past it at the most).
-    async fn touched(&self, step: Step, after: u64, max: u64) -> Result<Touched, Error> {
-        let (mut ids, mut entries) = (HashSet::new(), 0u64);
+    /// pages: a page more past it at the most), and of the entries up to
+    /// `ledger_reread_entries` before it that `window` does not say were seen.
+    async fn touched(&self, step: Step, after: u64, max: u64, window: &Window) -> Result<Touched, Error> {
+        let start = after.saturating_sub(self.section.ledger_reread_entries);
+        let (mut ids, mut seen) = (HashSet::new(), Vec::new());
+        let (mut entries, mut late, mut late_depth_max, mut reread) = (0u64, 0u64, 0u64, 0u64);
         let (last_seq, behind) = self
-            .walk_ledger(step, &[], after, |page| {
-                entries += page.len() as u64;
-                ids.extend(page.into_iter().map(|entry| entry.request_id));
+            .walk_ledger(step, &[], start, |page| {
+                for entry in page {
+                    seen.push(entry.seq);
+                    if entry.seq > after {
+                        entries += 1;
+                    } else {
+                        match window.late(entry.seq) {
+                            Some(false) => continue,
+                            Some(true) => {
+                                late += 1;
+                                late_depth_max = late_depth_max.max(after - entry.seq);
+                            }
+                            None => reread += 1,
+                        }
+                    }
+                    ids.insert(entry.request_id);
+                }
                 Ok(entries < max)
             })
             .await?;
-        Ok(Touched { ids, last_seq, entries, behind })
+        // A ledger that lost entries (purged) does not move the checkpoint back.
+        let last_seq = last_seq.max(after);
+        let window = Window::after_read(start, last_seq, self.section.ledger_reread_entries, seen);
+        Ok(Touched { ids, last_seq, entries, late, late_depth_max, reread, window, behind })
     }
 
-    /// The last sequence number of `step`'s ledger, read page by page and kept nowhere.
-    async fn ledger_end(&self, step: Step) -> Result<u64, Error> {
-        Ok(self.walk_ledger(step, &[], 0, |_| Ok(true)).await?.0)
+    /// The end of `step`'s ledger, read page by page: its last sequence number, and the last
+    /// entries' (what a periodic pass after it reads again).
+    async fn ledger_end(&self, step: Step) -> Result<Window, Error> {
+        let (reread, mut tail) = (self.section.ledger_reread_entries, VecDeque::new());
+        let (upto, _) = self
+            .walk_ledger(step, &[], 0, |page| {
+                keep_last(&mut tail, &page, reread);
+                Ok(true)
+            })
+            .await?;
+        Ok(Window::after_read(0, upto, reread, tail))
     }
 
-    /// `step`'s whole ledger, folded; at most `ledger_entries_max` entries.
-    async fn read_ledger(&self, step: Step) -> Result<Ledger, Error> {
-        let mut ledger = Ledger::default();
-        self.fold_ledger(step, &[], &mut ledger).await?;
-        Ok(ledger)
+    /// `step`'s whole ledger, folded (at most `ledger_entries_max` entries), and what it saw
+    /// of the entries a periodic pass after it reads again.
+    async fn read_ledger(&self, step: Step) -> Result<(Ledger, Window), Error> {
+        let reread = self.section.ledger_reread_entries;
+        let (mut ledger, mut tail) = (Ledger::default(), VecDeque::new());
+        self.walk_ledger(step, &[], 0, |page| {
+            keep_last(&mut tail, &page, reread);
+            self.fold_page(step, &mut ledger, &page)
+        })
+        .await?;
+        let window = Window::after_read(0, ledger.last_seq, reread, tail);
+        Ok((ledger, window))
     }
 
     /// Every entry of `step`'s ledger under `ids`, folded; at most `ledger_entries_max`.
@@ -364,16 +468,18 @@ impl Reconciler {
     /// Folds `step`'s ledger entries (only those under `ids` when given) into `ledger`, failing
     /// once it would hold more than `ledger_entries_max`.
     async fn fold_ledger(&self, step: Step, ids: &[String], ledger: &mut Ledger) -> Result<(), Error> {
-        let max = self.section.ledger_entries_max;
-        self.walk_ledger(step, ids, 0, |page| {
-            if ledger.entries + page.len() as u64 > max {
-                return Err(Error::LedgerTooLarge { step: step.as_str(), limit: max });
-            }
-            ledger.fold(&page);
-            Ok(true)
-        })
-        .await?;
+        self.walk_ledger(step, ids, 0, |page| self.fold_page(step, ledger, &page)).await?;
         Ok(())
+    }
+
+    /// Folds one page into `ledger`, failing once it would hold more than `ledger_entries_max`.
+    fn fold_page(&self, step: Step, ledger: &mut Ledger, page: &[LedgerEntry]) -> Result<bool, Error> {
+        let max = self.section.ledger_entries_max;
+        if ledger.entries + page.len() as u64 > max {
+            return Err(Error::LedgerTooLarge { step: step.as_str(), limit: max });
+        }
+        ledger.fold(page);
+        Ok(true)
     }
 
     /// Hands `step`'s ledger (only the entries under `ids` when given) to `visit` a page at a
@@ -674,6 +780,12 @@ impl Pass {
             Step::Logistics => &mut self.logistics,
         }
     }
+}
+
+/// Appends the sequence numbers of `page` to `tail`, keeping the last `count`.
+fn keep_last(tail: &mut VecDeque<u64>, page: &[LedgerEntry], count: u64) {
+    tail.extend(page.iter().map(|entry| entry.seq));
+    tail.drain(..tail.len().saturating_sub(usize::try_from(count).unwrap_or(usize::MAX)));
 }
 
 fn reason(kind: FindingKind, step: Step, request_id: &str, order_no: &str, biz_id: Option<&str>) -> String {

@@ -98,6 +98,7 @@ pub(crate) fn reconciler_started() {
             instruments.reconciler_findings.add(0, &finding_labels(kind.as_str(), ticket_outcome_name(outcome)));
         }
     }
+    instruments.reconciler_late_entries.add(0, &[]);
 }
 
 /// Counts a finished reconciliation (`behind` when it stopped at its bound) and its findings by
@@ -107,6 +108,7 @@ pub(crate) fn reconciled(report: &Report) {
     let instruments = instruments();
     let result = if report.behind { "behind" } else { "ok" };
     instruments.reconciler_runs.add(1, &[KeyValue::new("result", result)]);
+    instruments.reconciler_late_entries.add(report.late_entries, &[]);
     for ((kind, ticket), count) in &report.by_kind_and_ticket {
         instruments.reconciler_findings.add(*count, &finding_labels(kind, ticket));
     }

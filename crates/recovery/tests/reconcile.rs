@@ -235,6 +235,71 @@ async fn incremental_passes_judge_what_changed(db: &TestDb) {
 }
 both_engines!(incremental_reconciliation, incremental_passes_judge_what_changed);
 
+/// A downstream may show an entry after later ones (numbered when its write began, committed
+/// after theirs). The periodic passes read `ledger_reread_entries` behind their checkpoint
+/// again and judge what the previous pass did not see there: an orphan lock that appears behind
+/// the checkpoint is found at the next pass, counted late, and only once. One that appears
+/// further behind than that is not read again; a full pass finds it.
+async fn late_ledger_entries_are_judged(db: &TestDb) {
+    let mocks = MockDownstreams::start(MockOptions::default()).await;
+    let client = mocks.client();
+    drive_to_end(&db.store, &client, "O-0", "CN-ZJ", 1).await;
+    let section = ReconcileSection { ledger_page_entries: 3, ledger_reread_entries: 4, ..ReconcileSection::default() };
+    let reconciler = Reconciler::new(db.store.clone(), client.clone(), section, "recovery:test".into());
+    let first = reconciler.run_incremental().await.expect("first pass");
+    assert_eq!((first.incremental, first.wms_entries, first.findings_total()), (false, 1, 0), "{first:#?}");
+
+    // An orphan lock (WMS entry 2) whose entry stays out of sight while O-1's lock (3) shows.
+    let now = db.store.now_ms().await.expect("clock");
+    let source = Source { topic: "orders".into(), partition: 0, offset: 99 };
+    let ghost =
+        |n: usize| Saga::received(&event(&format!("GHOST-{n}"), "PAID", "CN-ZJ"), source.clone(), now, now + 60_000);
+    assert_eq!(
+        client.call(Call::LockStock, &ghost(0), Duration::from_secs(5)).await,
+        Observation::Wms(WmsAnswer::Locked)
+    );
+    mocks.hold_wms_entry(2).await;
+    drive_to_end(&db.store, &client, "O-1", "CN-ZJ", 2).await;
+    let before = reconciler.run_incremental().await.expect("pass before the entry shows");
+    assert_eq!(
+        (before.new_entries, before.late_entries, before.reread_entries, before.findings_total()),
+        (2, 0, 0, 0),
+        "{before:#?}"
+    );
+    let checkpoint = db.store.reconcile_checkpoint("periodic").await.expect("read").expect("written");
+    assert_eq!(checkpoint.wms_seq, 3, "{checkpoint:?}");
+
+    mocks.release_wms_entry(2).await;
+    let after = reconciler.run_incremental().await.expect("pass after the entry shows");
+    assert_eq!(
+        (after.new_entries, after.late_entries, after.late_depth_max, after.reread_entries),
+        (0, 1, 1, 0),
+        "{after:#?}"
+    );
+    assert_eq!((after.orphans, after.tickets_opened), (1, 1), "{after:#?}");
+    let quiet = reconciler.run_incremental().await.expect("a quiet pass");
+    assert_eq!((quiet.late_entries, quiet.reread_entries, quiet.tickets_already_open), (0, 0, 1), "{quiet:#?}");
+
+    // An orphan lock (entry 4) that shows only once the checkpoint is more than four entries
+    // past it (four sagas' locks, 5 to 8) is not read again.
+    assert_eq!(
+        client.call(Call::LockStock, &ghost(1), Duration::from_secs(5)).await,
+        Observation::Wms(WmsAnswer::Locked)
+    );
+    mocks.hold_wms_entry(4).await;
+    for n in 0..4 {
+        drive_to_end(&db.store, &client, &format!("O-{}", n + 2), "CN-ZJ", n + 3).await;
+    }
+    let moved = reconciler.run_incremental().await.expect("pass past the held entry");
+    assert_eq!((moved.new_entries, moved.late_entries), (8, 0), "{moved:#?}");
+    mocks.release_wms_entry(4).await;
+    let missed = reconciler.run_incremental().await.expect("pass after it shows");
+    assert_eq!((missed.late_entries, missed.orphans), (0, 1), "only the first orphan, still open: {missed:#?}");
+    let full = reconciler.run_once().await.expect("full pass");
+    assert_eq!((full.orphans, full.tickets_opened), (2, 1), "{full:#?}");
+}
+both_engines!(reconcile_judges_late_ledger_entries, late_ledger_entries_are_judged);
+
 async fn ledger_too_large_is_an_error(db: &TestDb) {
     let mocks = MockDownstreams::start(MockOptions::default()).await;
     let client = mocks.client();
@@ -252,7 +317,13 @@ async fn ledger_too_large_is_an_error(db: &TestDb) {
 
     // The periodic passes start from the ledgers' current ends instead, and judge what comes
     // after: here an orphan lock.
-    let section = ReconcileSection { ledger_entries_max: 2, ledger_page_entries: 2, ..ReconcileSection::default() };
+    // Nothing read again behind the checkpoint: at most an eighth of ledger_entries_max.
+    let section = ReconcileSection {
+        ledger_entries_max: 2,
+        ledger_page_entries: 2,
+        ledger_reread_entries: 0,
+        ..ReconcileSection::default()
+    };
     let periodic = Reconciler::new(db.store.clone(), client.clone(), section, "test".into());
     let first = periodic.run_incremental().await.expect("starts from the ends");
     assert!(first.incremental && first.findings_total() == 0, "{first:#?}");
@@ -274,7 +345,12 @@ async fn ledger_too_large_is_an_error(db: &TestDb) {
             Observation::Wms(WmsAnswer::Locked)
         );
     }
-    let section = ReconcileSection { ledger_entries_max: 16, ledger_page_entries: 2, ..ReconcileSection::default() };
+    let section = ReconcileSection {
+        ledger_entries_max: 16,
+        ledger_page_entries: 2,
+        ledger_reread_entries: 0,
+        ..ReconcileSection::default()
+    };
     let stepwise = Reconciler::new(db.store.clone(), client.clone(), section, "test".into());
     let (mut passes, mut opened) = (0, 0);
     loop {

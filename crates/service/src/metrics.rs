@@ -168,6 +168,13 @@ pub const RECONCILER_RUNS: Spec = Spec {
     attributes: &["result"],
     help: "Reconciliation passes, by result: ok, behind (completed at its bound, short of the present; the next starts at once), or error.",
 };
+pub const RECONCILER_LATE_ENTRIES: Spec = Spec {
+    name: "midflight.reconciler.late_entries",
+    prometheus: "midflight_reconciler_late_entries_total",
+    kind: Kind::Counter,
+    attributes: &[],
+    help: "Ledger entries a periodic reconciliation met behind its checkpoint that were not there when the previous pass read that range (a downstream committed them after later ones); judged when met. Entries later than reconcile.ledger_reread_entries behind are not read again.",
+};
 pub const CONSUMER_LAG: Spec = Spec {
     name: "midflight.consumer.lag",
     prometheus: "midflight_consumer_lag",
@@ -184,7 +191,7 @@ pub const CONSUMER_TOPIC_PARTITIONS: Spec = Spec {
 };
 
 /// Every metric recorded through [`instruments`] or named by the services' own observers.
-pub const CATALOGUE: [Spec; 19] = [
+pub const CATALOGUE: [Spec; 20] = [
     SAGA_TRANSITIONS,
     SAGA_TAKEOVERS,
     SAGA_CAS_CONFLICTS,
@@ -202,6 +209,7 @@ pub const CATALOGUE: [Spec; 19] = [
     TICKETS_OPEN,
     RECONCILER_FINDINGS,
     RECONCILER_RUNS,
+    RECONCILER_LATE_ENTRIES,
     CONSUMER_LAG,
     CONSUMER_TOPIC_PARTITIONS,
 ];
@@ -226,6 +234,7 @@ pub struct Instruments {
     pub tickets_open: Gauge<u64>,
     pub reconciler_findings: Counter<u64>,
     pub reconciler_runs: Counter<u64>,
+    pub reconciler_late_entries: Counter<u64>,
 }
 
 /// The meter every midflight instrument belongs to (observers register on it too).
@@ -277,6 +286,7 @@ pub fn instruments() -> &'static Instruments {
             tickets_open: meter.u64_gauge(TICKETS_OPEN.name).with_description(TICKETS_OPEN.help).build(),
             reconciler_findings: counter(RECONCILER_FINDINGS),
             reconciler_runs: counter(RECONCILER_RUNS),
+            reconciler_late_entries: counter(RECONCILER_LATE_ENTRIES),
         }
     })
 }

@@ -131,6 +131,37 @@ impl MockDownstreams {
         set_faults(&self.logistics_endpoint, plan).await;
     }
 
+    /// Takes entry `seq` of the WMS ledger out of sight, as a downstream that numbers an entry
+    /// when its write begins shows it only once that write commits; [`Self::release_wms_entry`]
+    /// shows it again. A ledger whose entries appear out of sequence order, for its readers'
+    /// tests.
+    pub async fn hold_wms_entry(&self, seq: u64) {
+        self.move_wms_entry(seq, "wms_ledger", "wms_ledger_held").await;
+    }
+
+    /// Shows again an entry taken out of sight by [`Self::hold_wms_entry`].
+    pub async fn release_wms_entry(&self, seq: u64) {
+        self.move_wms_entry(seq, "wms_ledger_held", "wms_ledger").await;
+    }
+
+    async fn move_wms_entry(&self, seq: u64, from: &str, to: &str) {
+        use sea_orm::{ConnectionTrait, TransactionTrait};
+        let url = format!("sqlite://{}", self.files[0].display());
+        let db = sea_orm::Database::connect(url).await.expect("open the wms ledger");
+        let txn = db.begin().await.expect("begin");
+        txn.execute_unprepared("CREATE TABLE IF NOT EXISTS wms_ledger_held AS SELECT * FROM wms_ledger WHERE 0")
+            .await
+            .expect("create the held table");
+        let copied = txn
+            .execute_unprepared(&format!("INSERT INTO {to} SELECT * FROM {from} WHERE seq = {seq}"))
+            .await
+            .expect("copy the entry");
+        assert_eq!(copied.rows_affected(), 1, "no entry {seq} in {from}");
+        txn.execute_unprepared(&format!("DELETE FROM {from} WHERE seq = {seq}")).await.expect("delete the entry");
+        txn.commit().await.expect("commit");
+        db.close().await.expect("close");
+    }
+
     /// Ledger queries answer once both servers are up (bounded wait, no sleeps beyond polling).
     async fn wait_ready(&self) {
         let client = self.client();
