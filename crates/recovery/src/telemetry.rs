@@ -43,10 +43,11 @@ pub(crate) fn observe(stats: &Arc<Stats>) {
 }
 
 /// Samples the table once: rows per unfinished status, the oldest untouched row of each, the
-/// oldest finished row still kept, open tickets. Finished statuses are not counted: counting
-/// them reads the table's whole history (finished sagas are counted as they finish, by
-/// `midflight_saga_transitions_total`).
-pub async fn sample_table(store: &Store) -> Result<(), midflight_store::Error> {
+/// oldest finished row still kept, rows with a status this version does not know, open
+/// tickets. Finished statuses are not counted: counting them reads the table's whole history
+/// (finished sagas are counted as they finish, by `midflight_saga_transitions_total`).
+/// Returns the unknown statuses with their rows, and whether there were more than were read.
+pub async fn sample_table(store: &Store) -> Result<(Vec<(String, u64)>, bool), midflight_store::Error> {
     let summary = store.unfinished_summary().await?;
     let tickets = store.open_ticket_count().await?;
     let now_ms = store.now_ms().await?;
@@ -65,8 +66,10 @@ pub async fn sample_table(store: &Store) -> Result<(), midflight_store::Error> {
         let age_ms = found.map_or(0, |(_, oldest_ms)| now_ms.saturating_sub(*oldest_ms).max(0));
         instruments.oldest_finished_age.record(age_ms as f64 / 1_000.0, &[KeyValue::new("status", status.as_str())]);
     }
+    let unknown = store.unknown_statuses().await?;
+    instruments.sagas_unknown_status.record(unknown.0.iter().map(|(_, rows)| rows).sum(), &[]);
     instruments.tickets_open.record(tickets, &[]);
-    Ok(())
+    Ok(unknown)
 }
 
 /// Exports the purge's horizon (0 when off), beside the oldest finished saga's age, so an
@@ -77,9 +80,26 @@ pub(crate) fn purge_horizon(horizon: Option<Duration>) {
 
 /// Samples the table every [`TABLE_SAMPLE_INTERVAL`] until `shutdown`.
 pub(crate) async fn sample_periodically(store: Store, shutdown: CancellationToken) {
+    // The unknown statuses last logged: logged again only when they change.
+    let mut logged = (Vec::new(), false);
     loop {
-        if let Err(error) = sample_table(&store).await {
-            tracing::warn!(%error, "saga table sample failed; trying again at the next interval");
+        match sample_table(&store).await {
+            Ok(unknown) if unknown != logged => {
+                if unknown.0.is_empty() {
+                    tracing::info!("no saga row has an unknown status any more");
+                } else {
+                    tracing::error!(
+                        statuses = ?unknown.0,
+                        more = unknown.1,
+                        "saga rows have a status this version does not know, so nothing resumes or reconciles \
+                         them, and later sagas of their orders wait: rows written by a newer version (roll it \
+                         forward again) or edited by hand (repair them)"
+                    );
+                }
+                logged = unknown;
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "saga table sample failed; trying again at the next interval"),
         }
         tokio::select! {
             () = tokio::time::sleep(TABLE_SAMPLE_INTERVAL) => {}

@@ -126,6 +126,13 @@ pub const SAGAS: Spec = Spec {
     attributes: &["status"],
     help: "Saga rows per unfinished status in the table (sampled by the recovery worker).",
 };
+pub const SAGAS_UNKNOWN_STATUS: Spec = Spec {
+    name: "midflight.sagas.unknown_status",
+    prometheus: "midflight_sagas_unknown_status",
+    kind: Kind::Gauge,
+    attributes: &[],
+    help: "Saga rows whose status this version does not know (a newer version's, or an edit by hand): nothing resumes or reconciles them (sampled by the recovery worker; its log names the statuses).",
+};
 pub const SAGA_OLDEST_AGE: Spec = Spec {
     name: "midflight.saga.oldest_age",
     prometheus: "midflight_saga_oldest_age_seconds",
@@ -191,7 +198,7 @@ pub const CONSUMER_TOPIC_PARTITIONS: Spec = Spec {
 };
 
 /// Every metric recorded through [`instruments`] or named by the services' own observers.
-pub const CATALOGUE: [Spec; 20] = [
+pub const CATALOGUE: [Spec; 21] = [
     SAGA_TRANSITIONS,
     SAGA_TAKEOVERS,
     SAGA_CAS_CONFLICTS,
@@ -203,6 +210,7 @@ pub const CATALOGUE: [Spec; 20] = [
     SAGA_DRIVES,
     SAGAS_IN_FLIGHT,
     SAGAS,
+    SAGAS_UNKNOWN_STATUS,
     SAGA_OLDEST_AGE,
     SAGA_OLDEST_FINISHED_AGE,
     PURGE_HORIZON,
@@ -228,6 +236,7 @@ pub struct Instruments {
     pub drives: Counter<u64>,
     pub in_flight: UpDownCounter<i64>,
     pub sagas: Gauge<u64>,
+    pub sagas_unknown_status: Gauge<u64>,
     pub oldest_age: Gauge<f64>,
     pub oldest_finished_age: Gauge<f64>,
     pub purge_horizon: Gauge<f64>,
@@ -268,6 +277,10 @@ pub fn instruments() -> &'static Instruments {
             drives: counter(SAGA_DRIVES),
             in_flight: meter.i64_up_down_counter(SAGAS_IN_FLIGHT.name).with_description(SAGAS_IN_FLIGHT.help).build(),
             sagas: meter.u64_gauge(SAGAS.name).with_description(SAGAS.help).build(),
+            sagas_unknown_status: meter
+                .u64_gauge(SAGAS_UNKNOWN_STATUS.name)
+                .with_description(SAGAS_UNKNOWN_STATUS.help)
+                .build(),
             oldest_age: meter
                 .f64_gauge(SAGA_OLDEST_AGE.name)
                 .with_description(SAGA_OLDEST_AGE.help)

@@ -26,7 +26,7 @@ use midflight_service::metrics::{CATALOGUE, Kind};
 use midflight_stack::kafka::{EmbeddedKafka, Record};
 use midflight_stack::{MockDownstreams, MockOptions};
 use midflight_store::Store;
-use midflight_store::testing::{Engine, TestDb, order_event};
+use midflight_store::testing::{Engine, TestDb, execute, order_event};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
@@ -378,6 +378,15 @@ async fn run(db: &TestDb, endpoint: std::net::SocketAddr) {
         let series = if kind == Kind::Histogram { format!("{family}_count") } else { family.clone() };
         assert!(after_sample.has(&series), "{series} is not exported");
     }
+    assert_eq!(after_sample.sum("midflight_sagas_unknown_status", &[]), 0.0);
+
+    // A row whose status this version does not know (as a newer version might leave) is
+    // counted by the next sample, which names its status.
+    let finished = db.store.page("", 1).await.expect("page").remove(0).biz_id;
+    execute(&db.store, &format!("UPDATE saga SET status = 'ARCHIVED' WHERE biz_id = '{finished}'")).await;
+    let unknown = midflight_recovery::telemetry::sample_table(&db.store).await.expect("sample the table");
+    assert_eq!(unknown, (vec![("ARCHIVED".to_owned(), 1)], false));
+    assert_eq!(scrape(endpoint).await.sum("midflight_sagas_unknown_status", &[]), 1.0);
 
     assert_eq!(get(endpoint, "/readyz").await.0, 200, "consumer and recovery said they are ready");
     stop_recovery.cancel();

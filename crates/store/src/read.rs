@@ -216,6 +216,38 @@ impl Store {
         Ok(out)
     }
 
+    /// Saga rows whose status is none this version knows (written by a newer version, or by
+    /// hand), by status text, and whether more distinct statuses were left unread: the scan,
+    /// the summaries and the order check select statuses by name, so nothing else sees such
+    /// rows. The table's distinct statuses are walked one index seek each on `saga_recovery`
+    /// (status first), at most [`STATUSES_WALKED_MAX`], and each unknown one counted on it: the
+    /// cost follows the number of statuses, not of rows, so it can run with every sample.
+    pub async fn unknown_statuses(&self) -> Result<(Vec<(String, u64)>, bool), Error> {
+        let operation = "read the table's statuses";
+        let (mut unknown, mut after) = (Vec::new(), String::new());
+        for _ in 0..STATUSES_WALKED_MAX {
+            let next = Statement::from_sql_and_values(self.backend, next_status_sql(self.backend), [after.into()]);
+            let Some(row) = self.db.query_one_raw(next).await.during(operation, None)? else {
+                return Ok((unknown, false));
+            };
+            after = row.try_get::<String>("", "status").during(operation, None)?;
+            if Status::parse(&after).is_none() {
+                let count = Statement::from_sql_and_values(
+                    self.backend,
+                    format!(
+                        "SELECT COUNT(*) AS n FROM {} WHERE status = ?",
+                        dialect::through_index(self.backend, "saga", "saga_recovery")
+                    ),
+                    [after.clone().into()],
+                );
+                let row = self.db.query_one_raw(count).await.during(operation, None)?;
+                let n = row.map(|row| row.try_get::<i64>("", "n")).transpose().during(operation, None)?.unwrap_or(0);
+                unknown.push((after.clone(), u64::try_from(n).unwrap_or(0)));
+            }
+        }
+        Ok((unknown, true))
+    }
+
     async fn summary(&self, sql: &str) -> Result<Vec<(Status, u64, i64)>, Error> {
         let rows = self
             .db
@@ -447,6 +479,18 @@ fn oldest_finished_sql(backend: sea_orm::DbBackend) -> String {
     )
 }
 
+/// Distinct statuses [`Store::unknown_statuses`] walks at most: the twelve known ones and as
+/// many unknown.
+pub const STATUSES_WALKED_MAX: usize = 24;
+
+/// The first status after `?` in the table, from `saga_recovery`.
+fn next_status_sql(backend: sea_orm::DbBackend) -> String {
+    format!(
+        "SELECT status FROM {} WHERE status > ? ORDER BY status LIMIT 1",
+        dialect::through_index(backend, "saga", "saga_recovery")
+    )
+}
+
 /// [`Store::unfinished_summary`]'s statement.
 fn unfinished_summary_sql(backend: sea_orm::DbBackend) -> String {
     format!(
@@ -630,4 +674,33 @@ mod tests {
         }
     }
     crate::both_engines!(oldest_finished_is_an_index_read, oldest_finished_reads_the_first_index_entry);
+
+    /// Rows whose status this version does not know are counted by status, whatever their
+    /// place among the known ones; the walk seeks `saga_recovery` and stops at its bound.
+    async fn unknown_statuses_are_counted(db: &TestDb) {
+        let store = &db.store;
+        assert_eq!(store.unknown_statuses().await.expect("read"), (vec![], false), "an empty table");
+        let names: Vec<String> = (0..8).map(|n| format!("UNK-{n}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let sagas = arrive_orders(store, &refs).await;
+        for (saga, status) in sagas.iter().zip(["DONE", "AAA_FIRST", "PAUSED", "PAUSED", "WMS_REQUESTED", "ZZZ"]) {
+            let sql = format!("UPDATE saga SET status = '{status}' WHERE biz_id = '{}'", saga.biz_id);
+            store.db.execute_raw(Statement::from_string(store.backend, sql)).await.expect("set");
+        }
+        let expected = vec![("AAA_FIRST".to_owned(), 1), ("PAUSED".to_owned(), 2), ("ZZZ".to_owned(), 1)];
+        assert_eq!(store.unknown_statuses().await.expect("read"), (expected, false));
+
+        let plan = plan_of(store, &super::next_status_sql(store.backend), vec![Value::from("")]).await;
+        assert!(plan.iter().any(|step| step.contains("saga_recovery")), "plan {plan:?} does not use saga_recovery");
+
+        // More distinct statuses than the walk takes: it says so.
+        for n in 0..super::STATUSES_WALKED_MAX {
+            let biz = arrive_orders(store, &[format!("MANY-{n}").as_str()]).await.remove(0).biz_id;
+            let sql = format!("UPDATE saga SET status = 'X{n:02}' WHERE biz_id = '{biz}'");
+            store.db.execute_raw(Statement::from_string(store.backend, sql)).await.expect("set");
+        }
+        let (unknown, more) = store.unknown_statuses().await.expect("read");
+        assert!(more && unknown.len() < super::STATUSES_WALKED_MAX, "{unknown:?}");
+    }
+    crate::both_engines!(unknown_statuses_counted, unknown_statuses_are_counted);
 }
