@@ -475,3 +475,20 @@ fn db_error(error: DbErr) -> Status {
 fn startup(source: DbErr) -> midflight_mock::Error {
     midflight_mock::Error::Database { context: "cannot prepare the wms ledger".to_owned(), source }
 }
+
+/// Takes the ledger entry `seq` out of sight (`hold`), or shows it again, in the WMS database at
+/// `url`: as a WMS that numbers an entry when its write begins shows it only once that write
+/// commits, possibly after later entries. For the tests of the ledger's readers.
+pub async fn hold_entry(url: &str, seq: u64, hold: bool) -> Result<(), DbErr> {
+    let db = sea_orm::Database::connect(url).await?;
+    let txn = db.begin().await?;
+    txn.execute_unprepared("CREATE TABLE IF NOT EXISTS wms_ledger_held AS SELECT * FROM wms_ledger WHERE 0").await?;
+    let (from, to) = if hold { ("wms_ledger", "wms_ledger_held") } else { ("wms_ledger_held", "wms_ledger") };
+    let copied = txn.execute_unprepared(&format!("INSERT INTO {to} SELECT * FROM {from} WHERE seq = {seq}")).await?;
+    if copied.rows_affected() != 1 {
+        return Err(DbErr::RecordNotFound(format!("no entry {seq} in {from}")));
+    }
+    txn.execute_unprepared(&format!("DELETE FROM {from} WHERE seq = {seq}")).await?;
+    txn.commit().await?;
+    db.close().await
+}

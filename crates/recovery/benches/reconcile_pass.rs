@@ -2,8 +2,9 @@
 //! 20,000) driven to DONE in the table, each with its lock and shipment in the mocks' ledgers,
 //! all three hours old; then a full pass (what `sagactl reconcile` and, before, every periodic
 //! pass did), the first periodic pass (a full one that writes the checkpoint), a quiet periodic
-//! pass, the first periodic pass of a fresh process (it judges the last
-//! `reconcile.ledger_reread_entries` entries behind the checkpoint again, once), and one after
+//! pass, the first periodic pass of a fresh process (it reads the stretch of
+//! `reconcile.ledger_reread_entries` sequence numbers behind the checkpoint again, and judges
+//! only what the pass that set it did not see there), and one after
 //! `MIDFLIGHT_BENCH_NEW` (default 1,000) new sagas finished with their effects: time and ledger
 //! entries read by each. On SQLite and (with
 //! `MIDFLIGHT_TEST_MYSQL_URL`) MariaDB, or only the one `MIDFLIGHT_BENCH_ENGINE` names

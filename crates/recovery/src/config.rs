@@ -124,13 +124,15 @@ pub struct ReconcileSection {
     /// `ledger_entries_max` stops once the ledgers outgrow it. `sagactl reconcile` is always a
     /// full pass.
     pub incremental: bool,
-    /// How many entries behind its checkpoint each periodic pass reads again, to meet the
-    /// entries a downstream made visible after later ones: a ledger numbered when a write
-    /// begins (an auto-increment key) shows an entry only once its transaction commits, so a
-    /// slow commit appears behind entries already read. Only entries this process's previous
-    /// pass did not see are judged (a process's first pass judges all of them once). Size it
-    /// to the entries a downstream records during its slowest commit: 10,000 is about 2.5 s of
-    /// one ledger at the user's peak. At most `ledger_entries_max` / 8; 0 reads nothing again.
+    /// How many sequence numbers behind its checkpoint each periodic pass reads again, to meet
+    /// the entries a downstream showed after later ones: a ledger numbered when a write begins
+    /// (an auto-increment key) shows an entry only once its transaction commits, so a slow
+    /// commit appears behind entries already read. The pass that sets a checkpoint keeps with
+    /// it which numbers of that stretch it did not see, and the next pass (in any process)
+    /// judges only the entries that appeared there since. Size it to the numbers a downstream
+    /// hands out between an entry's numbering and its commit, plus a pass's read of the new
+    /// entries: 10,000 is about 2.5 s of one ledger at the user's peak, if numbered without
+    /// gaps. At most `ledger_entries_max` / 16; 0 reads nothing again.
     pub ledger_reread_entries: u64,
 }
 
@@ -253,11 +255,12 @@ impl ReconcileSection {
         if self.table_page_rows > SCAN_BATCH_MAX {
             problems.push(format!("{at}.table_page_rows must be at most {SCAN_BATCH_MAX}"));
         }
-        let reread_max = self.ledger_entries_max / crate::reconcile::PASS_SHARE;
+        // Half a pass's share of new entries: what a pass folds stays inside ledger_entries_max.
+        let reread_max = self.ledger_entries_max / (2 * crate::reconcile::PASS_SHARE);
         if self.ledger_reread_entries > reread_max {
             problems.push(format!(
                 "{at}.ledger_reread_entries must be at most ledger_entries_max / {} ({reread_max}); got {}",
-                crate::reconcile::PASS_SHARE,
+                2 * crate::reconcile::PASS_SHARE,
                 self.ledger_reread_entries
             ));
         }

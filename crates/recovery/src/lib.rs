@@ -19,6 +19,7 @@ mod ledger;
 mod purge;
 pub mod reconcile;
 pub mod telemetry;
+mod window;
 mod worker;
 
 use midflight_api::client::Downstreams;

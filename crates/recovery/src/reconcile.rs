@@ -13,9 +13,10 @@
 //! The periodic passes ([`Reconciler::run_incremental`]) read only what changed since the last
 //! one, from a checkpoint in the table: the entries recorded since, the sagas finished since
 //! and the open findings name a set of request ids, whose entries (old and new) are read by
-//! request id and judged by the same rule. Each also reads the last `ledger_reread_entries`
-//! before its checkpoint again and judges the entries there its process had not seen: a
-//! downstream may show an entry after later ones (numbered when its write began, committed
+//! request id and judged by the same rule. Each also reads the stretch of
+//! `ledger_reread_entries` sequence numbers behind its checkpoint again and judges the entries
+//! there that the pass which set the checkpoint did not see (kept with it, [`crate::window`]):
+//! a downstream may show an entry after later ones (numbered when its write began, committed
 //! after theirs). A full pass stays for `sagactl reconcile` and for the first periodic pass.
 //!
 //! A purged saga is gone from the table while its effects stay in the ledgers. Its business
@@ -27,7 +28,6 @@
 //! `sagactl reconcile` that knows nothing of it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use midflight_api::client::{Downstreams, LedgerEntry};
@@ -40,6 +40,7 @@ use serde::Serialize;
 use crate::Error;
 use crate::config::ReconcileSection;
 use crate::ledger::{Effects, Evidence, FindingKind, Ledger, classify, fingerprint};
+use crate::window::{Met, Window, stretch_start};
 
 /// What [`Reconciler::touched`] read of one ledger.
 struct Touched {
@@ -47,42 +48,17 @@ struct Touched {
     last_seq: u64,
     /// New entries: after the checkpoint.
     entries: u64,
-    /// Entries behind the checkpoint that the previous pass's window covered and did not see.
+    /// Entries behind the checkpoint in the stretch its window kept, not seen by the pass that
+    /// set it.
     late: u64,
     /// How far behind the checkpoint the deepest of those was, in sequence numbers.
     late_depth_max: u64,
-    /// Entries behind the checkpoint that no window of this process covered, judged again.
+    /// Entries behind the checkpoint outside what its window kept, judged again.
     reread: u64,
-    /// What this read saw of the entries the next pass reads again.
-    window: Window,
+    /// What this read saw of the stretch the next pass reads again (`None`: too scattered).
+    window: Option<Window>,
     /// It stopped at its bound, short of the ledger's end.
     behind: bool,
-}
-
-/// What a periodic pass of this process read of one ledger's last `ledger_reread_entries`
-/// before the checkpoint it set: the sequence numbers it covered, `(after, upto]`, and those
-/// it saw there. The next pass reads them again and judges only the entries it did not see.
-#[derive(Debug, Clone, Default)]
-struct Window {
-    after: u64,
-    upto: u64,
-    seen: HashSet<u64>,
-}
-
-impl Window {
-    /// What a read of `seqs` (every entry it met after `start`, up to `upto`) covered of the
-    /// last `reread` sequence numbers.
-    fn after_read(start: u64, upto: u64, reread: u64, seqs: impl IntoIterator<Item = u64>) -> Window {
-        let after = start.max(upto.saturating_sub(reread));
-        Window { after, upto, seen: seqs.into_iter().filter(|seq| *seq > after).collect() }
-    }
-
-    /// An entry under `seq` was read by the pass that left this window (`Some(false)`), was
-    /// covered and not there then (`Some(true)`: made visible since, behind later ones), or
-    /// was not covered (`None`).
-    fn late(&self, seq: u64) -> Option<bool> {
-        if self.seen.contains(&seq) { Some(false) } else { (self.after < seq && seq <= self.upto).then_some(true) }
-    }
 }
 
 /// What [`Reconciler::finished_since`] read.
@@ -140,16 +116,16 @@ pub struct Report {
     pub new_entries: u64,
     /// An incremental pass stopped at its bound, short of the present: the next starts at once.
     pub behind: bool,
-    /// Of an incremental pass, entries behind the checkpoint (within
-    /// `ledger_reread_entries`) that were not there when this process's previous pass read
-    /// the same range: made visible after later entries (a slow commit). Judged now.
+    /// Of an incremental pass, entries up to `ledger_reread_entries` behind the checkpoint
+    /// that were not there when the pass that set it read that stretch: shown after later
+    /// entries (a slow commit). Judged now.
     pub late_entries: u64,
     /// How far behind the checkpoint the deepest late entry was, in sequence numbers: near
     /// `ledger_reread_entries`, entries later still may fall outside what is read again.
     pub late_depth_max: u64,
-    /// Of an incremental pass, entries behind the checkpoint that no earlier pass of this
-    /// process read (its first pass, or one after another process moved the checkpoint),
-    /// judged again.
+    /// Of an incremental pass, entries behind the checkpoint outside what the pass that set it
+    /// kept of its stretch (a checkpoint from before migration 0009, a stretch too scattered
+    /// to keep, or a longer `ledger_reread_entries` now), judged again.
     pub reread_entries: u64,
     pub wms_entries: u64,
     pub logistics_entries: u64,
@@ -210,8 +186,6 @@ pub struct Reconciler {
     downstreams: Downstreams,
     section: ReconcileSection,
     actor: String,
-    /// What the last periodic pass saw behind its checkpoint, per ledger (WMS, logistics).
-    windows: Arc<Mutex<[Window; 2]>>,
 }
 
 /// The state of one pass.
@@ -226,7 +200,7 @@ struct Pass {
 impl Reconciler {
     /// `actor` names who opens the tickets (e.g. `recovery:<owner>` or `operator:<name>`).
     pub fn new(store: Store, downstreams: Downstreams, section: ReconcileSection, actor: String) -> Reconciler {
-        Reconciler { store, downstreams, section, actor, windows: Arc::default() }
+        Reconciler { store, downstreams, section, actor }
     }
 
     /// One full pass. Fails (opening no further tickets) when a ledger cannot be read whole.
@@ -240,8 +214,9 @@ impl Reconciler {
         if self.section.incremental { self.run_incremental().await } else { self.run_once().await }
     }
 
-    /// A full pass, and what it read of the ledgers' ends (WMS, logistics).
-    async fn full(&self) -> Result<(Report, [Window; 2]), Error> {
+    /// A full pass, and how far it read each ledger (WMS, logistics) with what it saw of the
+    /// stretch behind that end.
+    async fn full(&self) -> Result<(Report, [(u64, Option<Window>); 2]), Error> {
         let started_at_ms = self.store.now_ms().await?;
         let (wms, wms_window) = self.read_ledger(Step::Wms).await?;
         let (logistics, logistics_window) = self.read_ledger(Step::Logistics).await?;
@@ -276,9 +251,11 @@ impl Reconciler {
         let Some(from) = self.store.reconcile_checkpoint(CHECKPOINT).await? else { return self.run_first().await };
         let started_at_ms = self.store.now_ms().await?;
         let share = (self.section.ledger_entries_max / PASS_SHARE).max(1);
-        let [wms_window, logistics_window] = self.windows.lock().expect("windows lock").clone();
-        let wms = self.touched(Step::Wms, from.wms_seq, share, &wms_window).await?;
-        let logistics = self.touched(Step::Logistics, from.logistics_seq, share, &logistics_window).await?;
+        let window = |text: &Option<String>, upto| text.as_deref().and_then(|text| Window::decode(text, upto));
+        let wms_window = window(&from.wms_unseen, from.wms_seq);
+        let logistics_window = window(&from.logistics_unseen, from.logistics_seq);
+        let wms = self.touched(Step::Wms, from.wms_seq, share, wms_window.as_ref()).await?;
+        let logistics = self.touched(Step::Logistics, from.logistics_seq, share, logistics_window.as_ref()).await?;
         let mut finished = self.finished_since(from.since_ms, share).await?;
         // Open findings are judged again at every pass, as a full pass would, so their count
         // goes on (and the alert on it) until a person resolves them: a saga's with the saga
@@ -326,16 +303,24 @@ impl Reconciler {
             reread_entries: wms.reread + logistics.reread,
             ..Report::default()
         };
-        if report.late_entries > 0 {
+        let reread = self.section.ledger_reread_entries;
+        if report.late_depth_max.saturating_mul(2) > reread {
+            tracing::error!(
+                late = report.late_entries,
+                depth_max = report.late_depth_max,
+                reread,
+                "ledger entries appeared more than halfway through the stretch behind the checkpoint that is read \
+                 again; one deeper than reconcile.ledger_reread_entries would not be judged: raise it"
+            );
+        } else if report.late_entries > 0 {
             tracing::warn!(
                 late = report.late_entries,
                 depth_max = report.late_depth_max,
-                reread = self.section.ledger_reread_entries,
-                "ledger entries appeared behind entries read before them (committed out of order); judging them now. \
-                 Entries later than reconcile.ledger_reread_entries behind the checkpoint are not read again"
+                reread,
+                "ledger entries appeared behind entries read before them (committed out of order); judging them now"
             );
         }
-        let windows = [wms.window, logistics.window];
+        let unseen = [wms.window.map(|w| w.encode()), logistics.window.map(|w| w.encode())];
         let mut pass = Pass {
             wms: self.read_entries_of(Step::Wms, wms_ids).await?,
             logistics: self.read_entries_of(Step::Logistics, logistics_ids).await?,
@@ -355,12 +340,17 @@ impl Reconciler {
         self.check_ids(&mut pass, Step::Wms, wms_others).await?;
         self.check_ids(&mut pass, Step::Logistics, logistics_others).await?;
         let since_ms = finished.next_since.unwrap_or(started_at_ms - SINCE_MARGIN_MS);
-        let to = Checkpoint { wms_seq: wms.last_seq, logistics_seq: logistics.last_seq, since_ms };
+        let [wms_unseen, logistics_unseen] = unseen;
+        let to = Checkpoint {
+            wms_seq: wms.last_seq,
+            logistics_seq: logistics.last_seq,
+            since_ms,
+            wms_unseen,
+            logistics_unseen,
+        };
         if !self.store.advance_reconcile_checkpoint(CHECKPOINT, Some(&from), &to).await? {
             tracing::info!("another pass moved the reconciliation checkpoint first; this one's findings stand");
         }
-        // What this pass read stays true whoever moved the checkpoint.
-        *self.windows.lock().expect("windows lock") = windows;
         if behind {
             tracing::info!(?to, "reconciliation is behind the traffic; the next pass starts at once");
         }
@@ -387,18 +377,24 @@ impl Reconciler {
             }
             Err(error) => return Err(error),
         };
-        let (wms_seq, logistics_seq) = (windows[0].upto, windows[1].upto);
-        let to = Checkpoint { wms_seq, logistics_seq, since_ms: started_at_ms - SINCE_MARGIN_MS };
+        let [(wms_seq, wms_window), (logistics_seq, logistics_window)] = windows;
+        let to = Checkpoint {
+            wms_seq,
+            logistics_seq,
+            since_ms: started_at_ms - SINCE_MARGIN_MS,
+            wms_unseen: wms_window.map(|w| w.encode()),
+            logistics_unseen: logistics_window.map(|w| w.encode()),
+        };
         self.store.advance_reconcile_checkpoint(CHECKPOINT, None, &to).await?;
-        *self.windows.lock().expect("windows lock") = windows;
         Ok(report)
     }
 
     /// The request ids of `step`'s ledger entries after `after`, at most `max` entries (whole
     /// pages: a page more past it at the most), and of the entries up to
-    /// `ledger_reread_entries` before it that `window` does not say were seen.
-    async fn touched(&self, step: Step, after: u64, max: u64, window: &Window) -> Result<Touched, Error> {
-        let start = after.saturating_sub(self.section.ledger_reread_entries);
+    /// `ledger_reread_entries` behind it that `window` (what the pass that set `after` kept)
+    /// does not say were seen.
+    async fn touched(&self, step: Step, after: u64, max: u64, window: Option<&Window>) -> Result<Touched, Error> {
+        let start = stretch_start(after, self.section.ledger_reread_entries);
         let (mut ids, mut seen) = (HashSet::new(), Vec::new());
         let (mut entries, mut late, mut late_depth_max, mut reread) = (0u64, 0u64, 0u64, 0u64);
         let (last_seq, behind) = self
@@ -408,13 +404,13 @@ impl Reconciler {
                     if entry.seq > after {
                         entries += 1;
                     } else {
-                        match window.late(entry.seq) {
-                            Some(false) => continue,
-                            Some(true) => {
+                        match Window::met(window, entry.seq) {
+                            Met::Seen => continue,
+                            Met::Late => {
                                 late += 1;
                                 late_depth_max = late_depth_max.max(after - entry.seq);
                             }
-                            None => reread += 1,
+                            Met::Unknown => reread += 1,
                         }
                     }
                     ids.insert(entry.request_id);
@@ -428,31 +424,31 @@ impl Reconciler {
         Ok(Touched { ids, last_seq, entries, late, late_depth_max, reread, window, behind })
     }
 
-    /// The end of `step`'s ledger, read page by page: its last sequence number, and the last
-    /// entries' (what a periodic pass after it reads again).
-    async fn ledger_end(&self, step: Step) -> Result<Window, Error> {
+    /// The end of `step`'s ledger, read page by page and kept nowhere: its last sequence number,
+    /// and what was seen of the stretch behind it.
+    async fn ledger_end(&self, step: Step) -> Result<(u64, Option<Window>), Error> {
         let (reread, mut tail) = (self.section.ledger_reread_entries, VecDeque::new());
         let (upto, _) = self
             .walk_ledger(step, &[], 0, |page| {
-                keep_last(&mut tail, &page, reread);
+                keep_last(&mut tail, &page, reread.saturating_add(1));
                 Ok(true)
             })
             .await?;
-        Ok(Window::after_read(0, upto, reread, tail))
+        Ok((upto, Window::after_read(0, upto, reread, tail)))
     }
 
-    /// `step`'s whole ledger, folded (at most `ledger_entries_max` entries), and what it saw
-    /// of the entries a periodic pass after it reads again.
-    async fn read_ledger(&self, step: Step) -> Result<(Ledger, Window), Error> {
+    /// `step`'s whole ledger, folded (at most `ledger_entries_max` entries), and how far it
+    /// read with what it saw of the stretch behind that end.
+    async fn read_ledger(&self, step: Step) -> Result<(Ledger, (u64, Option<Window>)), Error> {
         let reread = self.section.ledger_reread_entries;
         let (mut ledger, mut tail) = (Ledger::default(), VecDeque::new());
         self.walk_ledger(step, &[], 0, |page| {
-            keep_last(&mut tail, &page, reread);
+            keep_last(&mut tail, &page, reread.saturating_add(1));
             self.fold_page(step, &mut ledger, &page)
         })
         .await?;
-        let window = Window::after_read(0, ledger.last_seq, reread, tail);
-        Ok((ledger, window))
+        let end = (ledger.last_seq, Window::after_read(0, ledger.last_seq, reread, tail));
+        Ok((ledger, end))
     }
 
     /// Every entry of `step`'s ledger under `ids`, folded; at most `ledger_entries_max`.

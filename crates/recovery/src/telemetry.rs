@@ -66,9 +66,9 @@ pub async fn sample_table(store: &Store) -> Result<(Vec<(String, u64)>, bool), m
         let age_ms = found.map_or(0, |(_, oldest_ms)| now_ms.saturating_sub(*oldest_ms).max(0));
         instruments.oldest_finished_age.record(age_ms as f64 / 1_000.0, &[KeyValue::new("status", status.as_str())]);
     }
+    instruments.tickets_open.record(tickets, &[]);
     let unknown = store.unknown_statuses().await?;
     instruments.sagas_unknown_status.record(unknown.0.iter().map(|(_, rows)| rows).sum(), &[]);
-    instruments.tickets_open.record(tickets, &[]);
     Ok(unknown)
 }
 

@@ -236,67 +236,98 @@ async fn incremental_passes_judge_what_changed(db: &TestDb) {
 both_engines!(incremental_reconciliation, incremental_passes_judge_what_changed);
 
 /// A downstream may show an entry after later ones (numbered when its write began, committed
-/// after theirs). The periodic passes read `ledger_reread_entries` behind their checkpoint
-/// again and judge what the previous pass did not see there: an orphan lock that appears behind
-/// the checkpoint is found at the next pass, counted late, and only once. One that appears
-/// further behind than that is not read again; a full pass finds it.
+/// after theirs). The periodic passes read the `ledger_reread_entries` sequence numbers behind
+/// their checkpoint again and judge what the pass that set it did not see there (kept with the
+/// checkpoint): an orphan lock that appears behind the checkpoint is found at the next pass,
+/// counted late once, and a pass of another process (a fresh reconciler) judges nothing there
+/// again. One that appears exactly `ledger_reread_entries` behind is found; one further behind
+/// is not read again, and a full pass finds it.
 async fn late_ledger_entries_are_judged(db: &TestDb) {
     let mocks = MockDownstreams::start(MockOptions::default()).await;
     let client = mocks.client();
-    drive_to_end(&db.store, &client, "O-0", "CN-ZJ", 1).await;
+    // Sagas finished hours ago, so a pass reads their entries only when the ledger names them.
+    let finish = |n: i64| {
+        let client = client.clone();
+        async move {
+            let saga = drive_to_end(&db.store, &client, &format!("O-{n}"), "CN-ZJ", n + 1).await;
+            age(&db.store, &saga.biz_id, saga.status, 3 * 3_600_000).await;
+        }
+    };
+    finish(0).await;
     let section = ReconcileSection { ledger_page_entries: 3, ledger_reread_entries: 4, ..ReconcileSection::default() };
-    let reconciler = Reconciler::new(db.store.clone(), client.clone(), section, "recovery:test".into());
-    let first = reconciler.run_incremental().await.expect("first pass");
+    let reconciler = |section: &ReconcileSection| {
+        Reconciler::new(db.store.clone(), client.clone(), section.clone(), "recovery:test".into())
+    };
+    let first = reconciler(&section).run_incremental().await.expect("first pass");
     assert_eq!((first.incremental, first.wms_entries, first.findings_total()), (false, 1, 0), "{first:#?}");
 
-    // An orphan lock (WMS entry 2) whose entry stays out of sight while O-1's lock (3) shows.
+    // An orphan lock (WMS entry 2) stays out of sight while O-1's lock (3) shows.
     let now = db.store.now_ms().await.expect("clock");
     let source = Source { topic: "orders".into(), partition: 0, offset: 99 };
     let ghost =
         |n: usize| Saga::received(&event(&format!("GHOST-{n}"), "PAID", "CN-ZJ"), source.clone(), now, now + 60_000);
-    assert_eq!(
-        client.call(Call::LockStock, &ghost(0), Duration::from_secs(5)).await,
-        Observation::Wms(WmsAnswer::Locked)
-    );
+    let lock = |n: usize| {
+        let (client, saga) = (client.clone(), ghost(n));
+        async move {
+            let answer = client.call(Call::LockStock, &saga, Duration::from_secs(5)).await;
+            assert_eq!(answer, Observation::Wms(WmsAnswer::Locked));
+        }
+    };
+    lock(0).await;
     mocks.hold_wms_entry(2).await;
-    drive_to_end(&db.store, &client, "O-1", "CN-ZJ", 2).await;
-    let before = reconciler.run_incremental().await.expect("pass before the entry shows");
+    finish(1).await;
+    let before = reconciler(&section).run_incremental().await.expect("pass before the entry shows");
+    // Only O-1's lock is folded on the WMS side: entry 1, seen by the first pass, is skipped.
     assert_eq!(
-        (before.new_entries, before.late_entries, before.reread_entries, before.findings_total()),
-        (2, 0, 0, 0),
+        (before.new_entries, before.wms_entries, before.late_entries, before.reread_entries, before.findings_total()),
+        (2, 1, 0, 0, 0),
         "{before:#?}"
     );
     let checkpoint = db.store.reconcile_checkpoint("periodic").await.expect("read").expect("written");
-    assert_eq!(checkpoint.wms_seq, 3, "{checkpoint:?}");
+    assert_eq!((checkpoint.wms_seq, checkpoint.wms_unseen.as_deref()), (3, Some("0|2")), "{checkpoint:?}");
 
     mocks.release_wms_entry(2).await;
-    let after = reconciler.run_incremental().await.expect("pass after the entry shows");
+    let after = reconciler(&section).run_incremental().await.expect("pass after the entry shows");
     assert_eq!(
         (after.new_entries, after.late_entries, after.late_depth_max, after.reread_entries),
         (0, 1, 1, 0),
         "{after:#?}"
     );
     assert_eq!((after.orphans, after.tickets_opened), (1, 1), "{after:#?}");
-    let quiet = reconciler.run_incremental().await.expect("a quiet pass");
-    assert_eq!((quiet.late_entries, quiet.reread_entries, quiet.tickets_already_open), (0, 0, 1), "{quiet:#?}");
-
-    // An orphan lock (entry 4) that shows only once the checkpoint is more than four entries
-    // past it (four sagas' locks, 5 to 8) is not read again.
+    // Another reconciler (as in another process) judges nothing behind the checkpoint again:
+    // only the open finding's entry is read.
+    let quiet = reconciler(&section).run_incremental().await.expect("a quiet pass");
     assert_eq!(
-        client.call(Call::LockStock, &ghost(1), Duration::from_secs(5)).await,
-        Observation::Wms(WmsAnswer::Locked)
+        (quiet.late_entries, quiet.reread_entries, quiet.wms_entries, quiet.tickets_already_open),
+        (0, 0, 1, 1),
+        "{quiet:#?}"
     );
+
+    // An orphan lock (entry 4) that shows once the checkpoint is four sagas' locks past it
+    // (5 to 8), exactly four behind: found.
+    lock(1).await;
     mocks.hold_wms_entry(4).await;
-    for n in 0..4 {
-        drive_to_end(&db.store, &client, &format!("O-{}", n + 2), "CN-ZJ", n + 3).await;
+    for n in 2..6 {
+        finish(n).await;
     }
-    let moved = reconciler.run_incremental().await.expect("pass past the held entry");
-    assert_eq!((moved.new_entries, moved.late_entries), (8, 0), "{moved:#?}");
+    let moved = reconciler(&section).run_incremental().await.expect("pass past the held entry");
+    assert_eq!((moved.new_entries, moved.late_entries, moved.orphans), (8, 0, 1), "{moved:#?}");
     mocks.release_wms_entry(4).await;
-    let missed = reconciler.run_incremental().await.expect("pass after it shows");
-    assert_eq!((missed.late_entries, missed.orphans), (0, 1), "only the first orphan, still open: {missed:#?}");
-    let full = reconciler.run_once().await.expect("full pass");
-    assert_eq!((full.orphans, full.tickets_opened), (2, 1), "{full:#?}");
+    let deepest = reconciler(&section).run_incremental().await.expect("pass after it shows");
+    assert_eq!((deepest.late_entries, deepest.late_depth_max, deepest.orphans), (1, 4, 2), "{deepest:#?}");
+
+    // One (entry 9) that shows five behind (10 to 14): not read again; a full pass finds it.
+    lock(2).await;
+    mocks.hold_wms_entry(9).await;
+    for n in 6..11 {
+        finish(n).await;
+    }
+    reconciler(&section).run_incremental().await.expect("pass past the held entry");
+    mocks.release_wms_entry(9).await;
+    let missed = reconciler(&section).run_incremental().await.expect("pass after it shows");
+    assert_eq!((missed.late_entries, missed.orphans), (0, 2), "only the first two orphans, still open: {missed:#?}");
+    let full = reconciler(&section).run_once().await.expect("full pass");
+    assert_eq!((full.orphans, full.tickets_opened), (3, 1), "{full:#?}");
 }
 both_engines!(reconcile_judges_late_ledger_entries, late_ledger_entries_are_judged);
 

@@ -180,7 +180,7 @@ pub const RECONCILER_LATE_ENTRIES: Spec = Spec {
     prometheus: "midflight_reconciler_late_entries_total",
     kind: Kind::Counter,
     attributes: &[],
-    help: "Ledger entries a periodic reconciliation met behind its checkpoint that were not there when the previous pass read that range (a downstream committed them after later ones); judged when met. Entries later than reconcile.ledger_reread_entries behind are not read again.",
+    help: "Ledger entries a periodic reconciliation met behind its checkpoint that were not there when the pass which set the checkpoint read that stretch (a downstream committed them after later ones); judged when met. Entries further than reconcile.ledger_reread_entries sequence numbers behind are not read again.",
 };
 pub const CONSUMER_LAG: Spec = Spec {
     name: "midflight.consumer.lag",

@@ -386,7 +386,12 @@ async fn run(db: &TestDb, endpoint: std::net::SocketAddr) {
     execute(&db.store, &format!("UPDATE saga SET status = 'ARCHIVED' WHERE biz_id = '{finished}'")).await;
     let unknown = midflight_recovery::telemetry::sample_table(&db.store).await.expect("sample the table");
     assert_eq!(unknown, (vec![("ARCHIVED".to_owned(), 1)], false));
-    assert_eq!(scrape(endpoint).await.sum("midflight_sagas_unknown_status", &[]), 1.0);
+    // The recovery worker samples too: one it began before the update may record 0 after this
+    // one; its next sample, within 15 s, records 1 again.
+    midflight_store::testing::until("the scrape to count the row", || async {
+        scrape(endpoint).await.sum("midflight_sagas_unknown_status", &[]) == 1.0
+    })
+    .await;
 
     assert_eq!(get(endpoint, "/readyz").await.0, 200, "consumer and recovery said they are ready");
     stop_recovery.cancel();

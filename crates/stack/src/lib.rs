@@ -136,30 +136,17 @@ impl MockDownstreams {
     /// shows it again. A ledger whose entries appear out of sequence order, for its readers'
     /// tests.
     pub async fn hold_wms_entry(&self, seq: u64) {
-        self.move_wms_entry(seq, "wms_ledger", "wms_ledger_held").await;
+        self.move_wms_entry(seq, true).await;
     }
 
     /// Shows again an entry taken out of sight by [`Self::hold_wms_entry`].
     pub async fn release_wms_entry(&self, seq: u64) {
-        self.move_wms_entry(seq, "wms_ledger_held", "wms_ledger").await;
+        self.move_wms_entry(seq, false).await;
     }
 
-    async fn move_wms_entry(&self, seq: u64, from: &str, to: &str) {
-        use sea_orm::{ConnectionTrait, TransactionTrait};
+    async fn move_wms_entry(&self, seq: u64, hold: bool) {
         let url = format!("sqlite://{}", self.files[0].display());
-        let db = sea_orm::Database::connect(url).await.expect("open the wms ledger");
-        let txn = db.begin().await.expect("begin");
-        txn.execute_unprepared("CREATE TABLE IF NOT EXISTS wms_ledger_held AS SELECT * FROM wms_ledger WHERE 0")
-            .await
-            .expect("create the held table");
-        let copied = txn
-            .execute_unprepared(&format!("INSERT INTO {to} SELECT * FROM {from} WHERE seq = {seq}"))
-            .await
-            .expect("copy the entry");
-        assert_eq!(copied.rows_affected(), 1, "no entry {seq} in {from}");
-        txn.execute_unprepared(&format!("DELETE FROM {from} WHERE seq = {seq}")).await.expect("delete the entry");
-        txn.commit().await.expect("commit");
-        db.close().await.expect("close");
+        midflight_mock_wms::ledger::hold_entry(&url, seq, hold).await.expect("move the wms ledger entry");
     }
 
     /// Ledger queries answer once both servers are up (bounded wait, no sleeps beyond polling).

@@ -1,4 +1,4 @@
-//! Where the periodic reconciliation got to (`reconcile_checkpoint`, migration 0008), and the
+//! Where the periodic reconciliation got to (`reconcile_checkpoint`, migrations 0008 and 0009), and the
 //! read of what finished since: together they let a pass judge only what changed since the
 //! last one instead of both ledgers and the whole table.
 
@@ -12,11 +12,15 @@ use crate::{Store, dialect, row::signed};
 
 /// How far a reconciliation read: the ledgers up to these sequence numbers, and the sagas
 /// finished before `since_ms` (database time).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Checkpoint {
     pub wms_seq: u64,
     pub logistics_seq: u64,
     pub since_ms: i64,
+    /// What the pass read of the stretch of each ledger just behind its sequence number, as
+    /// its reconciler wrote it (`None`: unknown). Kept with the checkpoint, not compared.
+    pub wms_unseen: Option<String>,
+    pub logistics_unseen: Option<String>,
 }
 
 /// One page of [`Store::finished_since`].
@@ -32,7 +36,8 @@ pub struct FinishedPage {
 impl Store {
     /// The checkpoint named `name`, if a pass has written one.
     pub async fn reconcile_checkpoint(&self, name: &str) -> Result<Option<Checkpoint>, Error> {
-        let sql = "SELECT wms_seq, logistics_seq, since_ms FROM reconcile_checkpoint WHERE name = ?";
+        let sql = "SELECT wms_seq, logistics_seq, since_ms, wms_unseen, logistics_unseen FROM reconcile_checkpoint \
+                   WHERE name = ?";
         let statement = Statement::from_sql_and_values(self.backend, sql, [name.into()]);
         let operation = "read the reconciliation checkpoint";
         let Some(row) = self.db.query_one_raw(statement).await.during(operation, None)? else { return Ok(None) };
@@ -42,11 +47,19 @@ impl Store {
                 .map_err(|_| Error::Invalid(format!("reconcile_checkpoint {name}: negative {column} {value}")))
         };
         let since_ms: i64 = row.try_get("", "since_ms").during(operation, None)?;
-        Ok(Some(Checkpoint { wms_seq: seq("wms_seq")?, logistics_seq: seq("logistics_seq")?, since_ms }))
+        let text = |column: &str| row.try_get::<Option<String>>("", column).during(operation, None);
+        Ok(Some(Checkpoint {
+            wms_seq: seq("wms_seq")?,
+            logistics_seq: seq("logistics_seq")?,
+            since_ms,
+            wms_unseen: text("wms_unseen")?,
+            logistics_unseen: text("logistics_unseen")?,
+        }))
     }
 
     /// Moves the checkpoint `name` from `from` (`None`: there is none yet) to `to`. `false`
     /// when it was not at `from` any more (another pass moved it first): nothing is written.
+    /// Only the sequence numbers and `since_ms` are compared; the unseen texts go with them.
     pub async fn advance_reconcile_checkpoint(
         &self,
         name: &str,
@@ -59,21 +72,31 @@ impl Store {
             // as it was would still count as one.
             None => (
                 format!(
-                    "INSERT {} INTO reconcile_checkpoint (name, wms_seq, logistics_seq, since_ms, updated_at_ms) \
-                     VALUES (?, ?, ?, ?, {now})",
+                    "INSERT {} INTO reconcile_checkpoint (name, wms_seq, logistics_seq, since_ms, wms_unseen, \
+                     logistics_unseen, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, {now})",
                     if self.backend == sea_orm::DbBackend::MySql { "IGNORE" } else { "OR IGNORE" }
                 ),
-                vec![name.into(), signed(to.wms_seq).into(), signed(to.logistics_seq).into(), to.since_ms.into()],
+                vec![
+                    name.into(),
+                    signed(to.wms_seq).into(),
+                    signed(to.logistics_seq).into(),
+                    to.since_ms.into(),
+                    to.wms_unseen.clone().into(),
+                    to.logistics_unseen.clone().into(),
+                ],
             ),
             Some(from) => (
                 format!(
-                    "UPDATE reconcile_checkpoint SET wms_seq = ?, logistics_seq = ?, since_ms = ?, updated_at_ms = {now} \
+                    "UPDATE reconcile_checkpoint SET wms_seq = ?, logistics_seq = ?, since_ms = ?, wms_unseen = ?, \
+                     logistics_unseen = ?, updated_at_ms = {now} \
                      WHERE name = ? AND wms_seq = ? AND logistics_seq = ? AND since_ms = ?"
                 ),
                 vec![
                     signed(to.wms_seq).into(),
                     signed(to.logistics_seq).into(),
                     to.since_ms.into(),
+                    to.wms_unseen.clone().into(),
+                    to.logistics_unseen.clone().into(),
                     name.into(),
                     signed(from.wms_seq).into(),
                     signed(from.logistics_seq).into(),

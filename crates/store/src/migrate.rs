@@ -9,7 +9,7 @@ use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
 use sea_orm_migration::prelude::*;
 
 /// The migration files, in order: (name, SQL).
-pub const FILES: [(&str, &str); 8] = [
+pub const FILES: [(&str, &str); 9] = [
     ("0001_saga", include_str!("../../../migrations/0001_saga.sql")),
     ("0002_saga_transition", include_str!("../../../migrations/0002_saga_transition.sql")),
     ("0003_manual_ticket", include_str!("../../../migrations/0003_manual_ticket.sql")),
@@ -18,6 +18,7 @@ pub const FILES: [(&str, &str); 8] = [
     ("0006_request_id_lookup", include_str!("../../../migrations/0006_request_id_lookup.sql")),
     ("0007_transition_call_time", include_str!("../../../migrations/0007_transition_call_time.sql")),
     ("0008_reconcile_checkpoint", include_str!("../../../migrations/0008_reconcile_checkpoint.sql")),
+    ("0009_reconcile_unseen", include_str!("../../../migrations/0009_reconcile_unseen.sql")),
 ];
 
 pub struct Migrator;

@@ -217,35 +217,55 @@ impl Store {
     }
 
     /// Saga rows whose status is none this version knows (written by a newer version, or by
-    /// hand), by status text, and whether more distinct statuses were left unread: the scan,
-    /// the summaries and the order check select statuses by name, so nothing else sees such
-    /// rows. The table's distinct statuses are walked one index seek each on `saga_recovery`
-    /// (status first), at most [`STATUSES_WALKED_MAX`], and each unknown one counted on it: the
-    /// cost follows the number of statuses, not of rows, so it can run with every sample.
+    /// hand), by status text (each count stops at [`UNKNOWN_COUNT_MAX`]), and whether more
+    /// distinct statuses were left unread. The recovery scan and the reconciler select
+    /// statuses by name, so they never meet such rows (the order check counts them as
+    /// unfinished, so later sagas of their orders wait). The table's distinct statuses are
+    /// walked one seek of `saga_recovery` (status first) each, at most
+    /// [`STATUSES_WALKED_MAX`], and each unknown one counted on it: the cost follows the number
+    /// of statuses, not of rows, so it can run with every sample.
+    ///
+    /// On MySQL the column compares case-insensitively (and, on MariaDB, ignoring trailing
+    /// spaces), so `done` or `DONE ` is selected as DONE, met by the scan and the reconciler
+    /// and stepped over as a row that cannot be read; such a text is not counted here.
     pub async fn unknown_statuses(&self) -> Result<(Vec<(String, u64)>, bool), Error> {
         let operation = "read the table's statuses";
-        let (mut unknown, mut after) = (Vec::new(), String::new());
-        for _ in 0..STATUSES_WALKED_MAX {
-            let next = Statement::from_sql_and_values(self.backend, next_status_sql(self.backend), [after.into()]);
+        let (mut unknown, mut after) = (Vec::new(), None::<String>);
+        for walked in 0..=STATUSES_WALKED_MAX {
+            let next = Statement::from_sql_and_values(
+                self.backend,
+                next_status_sql(self.backend, after.is_some()),
+                [after.take().unwrap_or_default().into()],
+            );
             let Some(row) = self.db.query_one_raw(next).await.during(operation, None)? else {
                 return Ok((unknown, false));
             };
-            after = row.try_get::<String>("", "status").during(operation, None)?;
-            if Status::parse(&after).is_none() {
+            if walked == STATUSES_WALKED_MAX {
+                return Ok((unknown, true));
+            }
+            let status = row.try_get::<String>("", "status").during(operation, None)?;
+            if Status::parse(&status).is_none() && !self.selected_as_known(&status) {
                 let count = Statement::from_sql_and_values(
                     self.backend,
                     format!(
-                        "SELECT COUNT(*) AS n FROM {} WHERE status = ?",
+                        "SELECT COUNT(*) AS n FROM (SELECT 1 AS one FROM {} WHERE status = ? LIMIT {UNKNOWN_COUNT_MAX}) counted",
                         dialect::through_index(self.backend, "saga", "saga_recovery")
                     ),
-                    [after.clone().into()],
+                    [status.clone().into()],
                 );
                 let row = self.db.query_one_raw(count).await.during(operation, None)?;
                 let n = row.map(|row| row.try_get::<i64>("", "n")).transpose().during(operation, None)?.unwrap_or(0);
-                unknown.push((after.clone(), u64::try_from(n).unwrap_or(0)));
+                unknown.push((status.clone(), u64::try_from(n).unwrap_or(0)));
             }
+            after = Some(status);
         }
         Ok((unknown, true))
+    }
+
+    /// Whether the database selects `status` as one of the known statuses (see
+    /// [`Store::unknown_statuses`]).
+    fn selected_as_known(&self, status: &str) -> bool {
+        self.backend == sea_orm::DbBackend::MySql && Status::parse(&status.trim_end().to_ascii_uppercase()).is_some()
     }
 
     async fn summary(&self, sql: &str) -> Result<Vec<(Status, u64, i64)>, Error> {
@@ -482,12 +502,16 @@ fn oldest_finished_sql(backend: sea_orm::DbBackend) -> String {
 /// Distinct statuses [`Store::unknown_statuses`] walks at most: the twelve known ones and as
 /// many unknown.
 pub const STATUSES_WALKED_MAX: usize = 24;
+/// Where [`Store::unknown_statuses`] stops counting the rows of one status.
+pub const UNKNOWN_COUNT_MAX: u64 = 100_000;
 
-/// The first status after `?` in the table, from `saga_recovery`.
-fn next_status_sql(backend: sea_orm::DbBackend) -> String {
+/// The first status after `?` in the table (from `?` on, the empty status included, when not
+/// `after`), from `saga_recovery`.
+fn next_status_sql(backend: sea_orm::DbBackend, after: bool) -> String {
     format!(
-        "SELECT status FROM {} WHERE status > ? ORDER BY status LIMIT 1",
-        dialect::through_index(backend, "saga", "saga_recovery")
+        "SELECT status FROM {} WHERE status {} ? ORDER BY status LIMIT 1",
+        dialect::through_index(backend, "saga", "saga_recovery"),
+        if after { ">" } else { ">=" }
     )
 }
 
@@ -687,16 +711,39 @@ mod tests {
             let sql = format!("UPDATE saga SET status = '{status}' WHERE biz_id = '{}'", saga.biz_id);
             store.db.execute_raw(Statement::from_string(store.backend, sql)).await.expect("set");
         }
-        let expected = vec![("AAA_FIRST".to_owned(), 1), ("PAUSED".to_owned(), 2), ("ZZZ".to_owned(), 1)];
+        // The empty status, first in any order, too; on MySQL a known status in lower case is
+        // selected as that status, on SQLite it is a status of its own.
+        for (saga, status) in sagas[6..].iter().zip(["", "done"]) {
+            let sql = format!("UPDATE saga SET status = '{status}' WHERE biz_id = '{}'", saga.biz_id);
+            store.db.execute_raw(Statement::from_string(store.backend, sql)).await.expect("set");
+        }
+        let mut expected = vec![("".to_owned(), 1), ("AAA_FIRST".to_owned(), 1), ("PAUSED".to_owned(), 2)];
+        if store.backend == DbBackend::Sqlite {
+            expected.push(("ZZZ".to_owned(), 1));
+            expected.push(("done".to_owned(), 1));
+        } else {
+            expected.push(("ZZZ".to_owned(), 1));
+        }
         assert_eq!(store.unknown_statuses().await.expect("read"), (expected, false));
 
-        let plan = plan_of(store, &super::next_status_sql(store.backend), vec![Value::from("")]).await;
-        assert!(plan.iter().any(|step| step.contains("saga_recovery")), "plan {plan:?} does not use saga_recovery");
+        for after in [false, true] {
+            let plan = plan_of(store, &super::next_status_sql(store.backend, after), vec![Value::from("")]).await;
+            assert!(plan.iter().any(|step| step.contains("saga_recovery")), "plan {plan:?} does not use saga_recovery");
+        }
 
-        // More distinct statuses than the walk takes: it says so.
-        for n in 0..super::STATUSES_WALKED_MAX {
+        // Exactly as many distinct statuses as the walk takes: all read. One more: it says so.
+        let distinct = Statement::from_string(store.backend, "SELECT COUNT(DISTINCT status) AS n FROM saga");
+        let row = store.db.query_one_raw(distinct).await.expect("count").expect("a row");
+        let distinct = usize::try_from(row.try_get::<i64>("", "n").expect("n")).expect("a count");
+        for n in 0..super::STATUSES_WALKED_MAX - distinct {
             let biz = arrive_orders(store, &[format!("MANY-{n}").as_str()]).await.remove(0).biz_id;
             let sql = format!("UPDATE saga SET status = 'X{n:02}' WHERE biz_id = '{biz}'");
+            store.db.execute_raw(Statement::from_string(store.backend, sql)).await.expect("set");
+        }
+        assert!(!store.unknown_statuses().await.expect("read").1, "exactly the walk's bound: all read");
+        for n in 0..super::STATUSES_WALKED_MAX {
+            let biz = arrive_orders(store, &[format!("MORE-{n}").as_str()]).await.remove(0).biz_id;
+            let sql = format!("UPDATE saga SET status = 'Y{n:02}' WHERE biz_id = '{biz}'");
             store.db.execute_raw(Statement::from_string(store.backend, sql)).await.expect("set");
         }
         let (unknown, more) = store.unknown_statuses().await.expect("read");

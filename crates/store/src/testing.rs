@@ -111,7 +111,10 @@ pub async fn arrive_orders(store: &Store, names: &[&str]) -> Vec<Saga> {
         })
         .collect();
     let arrived = store.insert_arrivals(&sagas, "c1", 60_000, "consumer:c1").await.expect("insert");
-    arrived.into_iter().map(|arrival| arrival.saga().expect("readable").clone()).collect()
+    arrived
+        .into_iter()
+        .map(|arrival| arrival.saga().unwrap_or_else(|| panic!("readable: {arrival:?}")).clone())
+        .collect()
 }
 
 /// Runs `sql` (no parameters) on `store`, for tests that set a table up by hand; returns the

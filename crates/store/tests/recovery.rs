@@ -104,13 +104,20 @@ both_engines!(recovery_scan_steps_over_unreadable_rows, unreadable_rows_are_step
 async fn checkpoint_and_what_finished_since(db: &TestDb) {
     let store = &db.store;
     assert_eq!(store.reconcile_checkpoint("periodic").await.expect("read"), None);
-    let first = Checkpoint { wms_seq: 3, logistics_seq: 2, since_ms: 1_000 };
+    let first = Checkpoint { wms_seq: 3, logistics_seq: 2, since_ms: 1_000, ..Checkpoint::default() };
     assert!(store.advance_reconcile_checkpoint("periodic", None, &first).await.expect("insert"));
     assert!(!store.advance_reconcile_checkpoint("periodic", None, &first).await.expect("insert again"), "only once");
-    assert_eq!(store.reconcile_checkpoint("periodic").await.expect("read"), Some(first));
-    let second = Checkpoint { wms_seq: 9, logistics_seq: 8, since_ms: 2_000 };
+    assert_eq!(store.reconcile_checkpoint("periodic").await.expect("read"), Some(first.clone()));
+    // What the pass did not see goes with the checkpoint, and is not compared.
+    let second = Checkpoint {
+        wms_seq: 9,
+        logistics_seq: 8,
+        since_ms: 2_000,
+        wms_unseen: Some("3|5,7-8".to_owned()),
+        logistics_unseen: None,
+    };
     assert!(store.advance_reconcile_checkpoint("periodic", Some(&first), &second).await.expect("advance"));
-    let stale = Checkpoint { wms_seq: 5, ..first };
+    let stale = Checkpoint { wms_seq: 5, ..first.clone() };
     assert!(!store.advance_reconcile_checkpoint("periodic", Some(&first), &stale).await.expect("advance"), "moved on");
     assert_eq!(store.reconcile_checkpoint("periodic").await.expect("read"), Some(second));
     assert_eq!(store.reconcile_checkpoint("other").await.expect("read"), None, "names are apart");
