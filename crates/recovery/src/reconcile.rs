@@ -320,7 +320,6 @@ impl Reconciler {
                 "ledger entries appeared behind entries read before them (committed out of order); judging them now"
             );
         }
-        let unseen = [wms.window.map(|w| w.encode()), logistics.window.map(|w| w.encode())];
         let mut pass = Pass {
             wms: self.read_entries_of(Step::Wms, wms_ids).await?,
             logistics: self.read_entries_of(Step::Logistics, logistics_ids).await?,
@@ -340,13 +339,12 @@ impl Reconciler {
         self.check_ids(&mut pass, Step::Wms, wms_others).await?;
         self.check_ids(&mut pass, Step::Logistics, logistics_others).await?;
         let since_ms = finished.next_since.unwrap_or(started_at_ms - SINCE_MARGIN_MS);
-        let [wms_unseen, logistics_unseen] = unseen;
         let to = Checkpoint {
             wms_seq: wms.last_seq,
             logistics_seq: logistics.last_seq,
             since_ms,
-            wms_unseen,
-            logistics_unseen,
+            wms_unseen: wms.window.map(|w| w.encode()),
+            logistics_unseen: logistics.window.map(|w| w.encode()),
         };
         if !self.store.advance_reconcile_checkpoint(CHECKPOINT, Some(&from), &to).await? {
             tracing::info!("another pass moved the reconciliation checkpoint first; this one's findings stand");
@@ -427,27 +425,26 @@ impl Reconciler {
     /// The end of `step`'s ledger, read page by page and kept nowhere: its last sequence number,
     /// and what was seen of the stretch behind it.
     async fn ledger_end(&self, step: Step) -> Result<(u64, Option<Window>), Error> {
-        let (reread, mut tail) = (self.section.ledger_reread_entries, VecDeque::new());
+        let mut tail = Tail::new(self.section.ledger_reread_entries);
         let (upto, _) = self
             .walk_ledger(step, &[], 0, |page| {
-                keep_last(&mut tail, &page, reread.saturating_add(1));
+                tail.push(&page);
                 Ok(true)
             })
             .await?;
-        Ok((upto, Window::after_read(0, upto, reread, tail)))
+        Ok(tail.end(upto))
     }
 
     /// `step`'s whole ledger, folded (at most `ledger_entries_max` entries), and how far it
     /// read with what it saw of the stretch behind that end.
     async fn read_ledger(&self, step: Step) -> Result<(Ledger, (u64, Option<Window>)), Error> {
-        let reread = self.section.ledger_reread_entries;
-        let (mut ledger, mut tail) = (Ledger::default(), VecDeque::new());
+        let (mut ledger, mut tail) = (Ledger::default(), Tail::new(self.section.ledger_reread_entries));
         self.walk_ledger(step, &[], 0, |page| {
-            keep_last(&mut tail, &page, reread.saturating_add(1));
+            tail.push(&page);
             self.fold_page(step, &mut ledger, &page)
         })
         .await?;
-        let end = (ledger.last_seq, Window::after_read(0, ledger.last_seq, reread, tail));
+        let end = tail.end(ledger.last_seq);
         Ok((ledger, end))
     }
 
@@ -778,10 +775,28 @@ impl Pass {
     }
 }
 
-/// Appends the sequence numbers of `page` to `tail`, keeping the last `count`.
-fn keep_last(tail: &mut VecDeque<u64>, page: &[LedgerEntry], count: u64) {
-    tail.extend(page.iter().map(|entry| entry.seq));
-    tail.drain(..tail.len().saturating_sub(usize::try_from(count).unwrap_or(usize::MAX)));
+/// The sequence numbers of the last entries a read of a whole ledger met: enough to cover the
+/// stretch of `reread` numbers behind where it ends.
+struct Tail {
+    reread: u64,
+    seqs: VecDeque<u64>,
+}
+
+impl Tail {
+    fn new(reread: u64) -> Tail {
+        Tail { reread, seqs: VecDeque::new() }
+    }
+
+    fn push(&mut self, page: &[LedgerEntry]) {
+        self.seqs.extend(page.iter().map(|entry| entry.seq));
+        let keep = usize::try_from(self.reread.saturating_add(1)).unwrap_or(usize::MAX);
+        self.seqs.drain(..self.seqs.len().saturating_sub(keep));
+    }
+
+    /// The read ended at `upto`: that, and what it saw of the stretch behind.
+    fn end(self, upto: u64) -> (u64, Option<Window>) {
+        (upto, Window::after_read(0, upto, self.reread, self.seqs))
+    }
 }
 
 fn reason(kind: FindingKind, step: Step, request_id: &str, order_no: &str, biz_id: Option<&str>) -> String {
