@@ -64,7 +64,8 @@ fn pure_model(metadata: &Value, root: &Path) -> anyhow::Result<Vec<String>> {
 
 /// Which packages may depend directly on which outside-world crates (STYLE.md rule 2).
 /// The mocks stand for other companies' systems with databases of their own; the lab and the
-/// stack host the embedded Kafka for tests and the demo, and the lab keeps the legacy design's
+/// stack host the embedded Kafka for tests and the demo, the recovery worker's purge reads the
+/// order topic's retention, and the lab keeps the legacy design's
 /// business table (the old system, which had no saga table) with sea-orm.
 fn crate_boundaries(metadata: &Value) -> Vec<String> {
     let allowed: BTreeMap<&str, &[&str]> = BTreeMap::from([
@@ -73,7 +74,7 @@ fn crate_boundaries(metadata: &Value) -> Vec<String> {
             &["midflight-store", "midflight-mock", "midflight-mock-wms", "midflight-mock-logistics", "midflight-lab"][..],
         ),
         ("sea-orm-migration", &["midflight-store"][..]),
-        ("rdkafka", &["midflight-consumer", "midflight-stack", "midflight-lab"][..]),
+        ("rdkafka", &["midflight-consumer", "midflight-recovery", "midflight-stack", "midflight-lab"][..]),
         ("prost", &["midflight-api"][..]),
         ("tonic-prost", &["midflight-api"][..]),
     ]);

@@ -2,7 +2,7 @@
 //! telemetry, driver timing, planner rules) plus its own `recovery` and `reconcile` sections.
 //! Every default says why it is what it is; [`Config::problems`] checks all of them at start-up.
 
-use midflight_config::{Config, DatabaseSection, GrpcClientSection, RuntimeSection, TelemetrySection};
+use midflight_config::{Config, DatabaseSection, GrpcClientSection, KafkaSection, RuntimeSection, TelemetrySection};
 use midflight_driver::DriverSettings;
 use midflight_model::Rules;
 use midflight_service::ServiceConfig;
@@ -31,6 +31,11 @@ pub struct RecoveryConfig {
     pub recovery: RecoverySection,
     pub reconcile: ReconcileSection,
     pub purge: PurgeSection,
+    /// The order topic's Kafka, read only by the purge, for the topic's retention
+    /// ([`PurgeSection`]); none by default. The consumer's `kafka` settings fit as they are:
+    /// `bootstrap_servers`, `order_topic` and `properties` are used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kafka: Option<KafkaSection>,
 }
 
 /// How the worker finds and drives abandoned sagas.
@@ -66,14 +71,16 @@ pub struct RecoverySection {
 }
 
 /// Deleting finished sagas (DONE, ROLLED_BACK) once nothing can ask for them again. Off by
-/// default: how long a saga must be kept depends on the order topic, which this service does
-/// not read.
+/// default: how long a saga must be kept depends on the order topic.
 ///
-/// A saga's row is what turns a redelivered message into a no-op, so `after_hours` must be
+/// A saga's row is what turns a redelivered message into a no-op, so the horizon must be
 /// longer than the oldest message the order topic can still hand out: its `retention.ms` plus
 /// its `segment.ms` (a segment is deleted whole, once its newest message is past retention),
 /// plus the longest time the consumers may be behind. A message read after its saga was purged
-/// is processed again, with every external effect. Sagas with an open ticket or an unpublished
+/// is processed again, with every external effect. With a `kafka` section the purge reads the
+/// topic's settings and purges past the longer of `after_hours` and what the topic keeps plus
+/// an hour, and nothing while the topic keeps messages for ever (`crate::retention`); the
+/// consumers' lag stays the operator's to allow for. Sagas with an open ticket or an unpublished
 /// notification wait; the reconciler judges a purged saga's effects by its business row, which
 /// is kept. On MySQL a purge batch runs at READ COMMITTED, which needs the binlog, if on, in
 /// ROW or MIXED format (the defaults).
@@ -89,8 +96,12 @@ pub struct PurgeSection {
     /// backlog is worked through at about `batch_rows` per batch time plus this (500 every
     /// 80-86 ms, about 6,000 sagas a second, on the MariaDB of BENCHMARKS.md, Purge).
     pub pause_ms: u64,
-    /// Pause after a batch that found fewer than `batch_rows`: the old rows are gone.
+    /// Pause after a batch that found fewer than `batch_rows`: the old rows are gone. The order
+    /// topic's retention is read again once the last reading is this old.
     pub interval_ms: u64,
+    /// Longest the purge waits for the broker's answer when it reads the order topic's
+    /// settings (with a `kafka` section).
+    pub topic_check_timeout_ms: u64,
 }
 
 /// Shortest purge horizon accepted: a day. A shorter one is almost surely a unit mistake, and
@@ -150,6 +161,7 @@ impl Default for RecoveryConfig {
             recovery: RecoverySection::default(),
             reconcile: ReconcileSection::default(),
             purge: PurgeSection::default(),
+            kafka: None,
         }
     }
 }
@@ -161,6 +173,7 @@ impl Default for PurgeSection {
             batch_rows: midflight_store::BATCH_ROWS_MAX as u64,
             pause_ms: 50,
             interval_ms: 60_000,
+            topic_check_timeout_ms: 10_000,
         }
     }
 }
@@ -185,8 +198,8 @@ impl PurgeSection {
         if !(1..=batch_max).contains(&self.batch_rows) {
             problems.push(format!("{at}.batch_rows must be in 1..={batch_max}"));
         }
-        if self.interval_ms == 0 {
-            problems.push(format!("{at}.interval_ms must be positive"));
+        if self.interval_ms == 0 || self.topic_check_timeout_ms == 0 {
+            problems.push(format!("{at}.interval_ms and topic_check_timeout_ms must be positive"));
         }
         problems
     }
@@ -295,6 +308,9 @@ impl Config for RecoveryConfig {
         problems.extend(self.recovery.problems("recovery"));
         problems.extend(self.reconcile.problems("reconcile"));
         problems.extend(self.purge.problems("purge"));
+        if let Some(kafka) = &self.kafka {
+            problems.extend(kafka.problems("kafka"));
+        }
         problems
     }
 }
@@ -329,8 +345,12 @@ mod tests {
         config.reconcile.ledger_reread_entries = 200_000;
         config.rules.retry.attempts_max = 0;
         config.driver.lease_ms = 10;
+        config.purge.topic_check_timeout_ms = 0;
+        config.kafka = Some(KafkaSection { order_topic: " ".to_owned(), ..KafkaSection::default() });
         let problems = config.problems();
         for needle in [
+            "topic_check_timeout_ms",
+            "kafka.order_topic",
             "instance",
             "scan_interval_ms",
             "scan_batch",

@@ -16,8 +16,9 @@
 
 mod config;
 mod ledger;
-mod purge;
+pub mod purge;
 pub mod reconcile;
+pub mod retention;
 pub mod telemetry;
 mod window;
 mod worker;
@@ -41,6 +42,8 @@ pub enum Error {
     Store(#[from] midflight_store::Error),
     #[error(transparent)]
     Downstream(#[from] midflight_api::client::Error),
+    #[error("cannot create the Kafka client that reads the order topic's retention: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
     #[error(
         "the {step} ledger has more than {limit} entries (reconcile.ledger_entries_max); raise the limit to reconcile it whole"
     )]
@@ -68,13 +71,22 @@ pub async fn run(config: RecoveryConfig, shutdown: CancellationToken) -> Result<
     let reconciler = Reconciler::new(store.clone(), downstreams, config.reconcile.clone(), actor);
     telemetry::observe(&worker.stats());
     telemetry::purge_horizon(config.purge.horizon());
+    telemetry::purge_topic_retention(None);
+    // Only a purge reads the order topic.
+    let topic = match (&config.kafka, config.purge.horizon()) {
+        (Some(kafka), Some(_)) => Some(retention::TopicReader::new(
+            kafka,
+            std::time::Duration::from_millis(config.purge.topic_check_timeout_ms),
+        )?),
+        _ => None,
+    };
     midflight_driver::telemetry::observe_store(&store);
     // The table is sampled only for someone who reads metrics: off by default, it costs no query.
     let metrics_on = config.telemetry.metrics_listen.is_some() || config.telemetry.otlp_endpoint.is_some();
     let sampler = metrics_on.then(|| tokio::spawn(telemetry::sample_periodically(store.clone(), shutdown.clone())));
     let periodic =
         tokio::spawn(reconcile_periodically(reconciler, config.recovery.reconcile_interval_ms, shutdown.clone()));
-    let purging = tokio::spawn(purge::purge_periodically(store.clone(), config.purge, worker.stats(), shutdown));
+    let purging = tokio::spawn(purge::purge_periodically(store.clone(), config.purge, topic, worker.stats(), shutdown));
     midflight_service::readiness().set_ready(true);
     let worker_stats = worker.run().await;
     // The reconciler stops at the same signal; a pass cut short only leaves tickets unopened.

@@ -3,28 +3,37 @@
 //! purge waits `interval_ms`. Several workers may purge at once, but they pick the same oldest
 //! candidates: when two take the same batch, one deletes it and the other's is rolled back
 //! (it deleted nothing) and waits `interval_ms`, so in effect one worker purges at a time.
+//!
+//! With a reader of the order topic ([`crate::retention`]), the horizon in force is the longer
+//! of `after_hours` and what the topic keeps, read before the first batch and again once the
+//! last reading is `interval_ms` old; while the topic keeps messages for ever, nothing is
+//! purged.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use midflight_store::{Purged, Store};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::PurgeSection;
+use crate::retention::{Retention, TopicReader};
+use crate::telemetry;
 use crate::worker::{Stats, bounded};
 
 /// Purges until `shutdown`; returns at once when purging is off. A batch cut off by shutdown
-/// is rolled back whole: its rows are deleted by a later one.
-pub(crate) async fn purge_periodically(
+/// is rolled back whole: its rows are deleted by a later one. `topic` reads the order topic's
+/// retention (none: `section.after_hours` is trusted as it is).
+pub async fn purge_periodically(
     store: Store,
     section: PurgeSection,
+    topic: Option<TopicReader>,
     stats: Arc<Stats>,
     shutdown: CancellationToken,
 ) {
-    let Some(horizon) = section.horizon() else { return };
-    let older_than_ms = i64::try_from(horizon.as_millis()).unwrap_or(i64::MAX);
+    let Some(configured) = section.horizon() else { return };
     tracing::info!(after_hours = section.after_hours, "purging finished sagas past the horizon");
+    let mut horizon = Horizon::new(configured, topic, Duration::from_millis(section.interval_ms));
     // The first batch comes soon after start: a backlog is worked off from the start.
     let mut pause = Duration::from_millis(section.pause_ms);
     let mut round = Purged::default();
@@ -33,6 +42,16 @@ pub(crate) async fn purge_periodically(
             () = tokio::time::sleep(pause) => {}
             () = shutdown.cancelled() => return,
         }
+        let in_force = tokio::select! {
+            in_force = horizon.in_force(&stats) => in_force,
+            () = shutdown.cancelled() => return,
+        };
+        let Some(in_force) = in_force else {
+            stats.purge_held.fetch_add(1, Ordering::Relaxed);
+            pause = Duration::from_millis(section.interval_ms);
+            continue;
+        };
+        let older_than_ms = i64::try_from(in_force.as_millis()).unwrap_or(i64::MAX);
         let batch = tokio::select! {
             result = bounded("purge finished sagas", store.purge_finished(older_than_ms, section.batch_rows)) => result,
             () = shutdown.cancelled() => return,
@@ -66,5 +85,103 @@ pub(crate) async fn purge_periodically(
         }
         round = Purged::default();
         pause = Duration::from_millis(section.interval_ms);
+    }
+}
+
+/// The horizon in force: the configured one, checked against the order topic when there is a
+/// reader of it.
+struct Horizon {
+    configured: Duration,
+    topic: Option<TopicReader>,
+    /// How old the last reading may get before the next batch reads again.
+    read_every: Duration,
+    /// The last reading that succeeded, and when the last try was made.
+    retention: Option<Retention>,
+    tried_at: Option<Instant>,
+    /// What the last failed try said, so that a failure is logged when it starts or changes.
+    failing: Option<String>,
+    /// The horizon last exported (`Some(None)`: nothing may be purged).
+    exported: Option<Option<Duration>>,
+}
+
+impl Horizon {
+    fn new(configured: Duration, topic: Option<TopicReader>, read_every: Duration) -> Horizon {
+        if topic.is_none() {
+            tracing::warn!(
+                "the purge horizon is not checked against the order topic (no kafka section): purge.after_hours must \
+                 be longer than the topic's retention.ms plus segment.ms, or redelivered messages are processed again"
+            );
+        }
+        Horizon { configured, topic, read_every, retention: None, tried_at: None, failing: None, exported: None }
+    }
+
+    /// The horizon to purge past now, reading the topic again when the last try is old;
+    /// `None` while nothing may be purged.
+    async fn in_force(&mut self, stats: &Stats) -> Option<Duration> {
+        if let Some(reader) = &self.topic
+            && self.tried_at.is_none_or(|at| at.elapsed() >= self.read_every)
+        {
+            self.tried_at = Some(Instant::now());
+            match reader.read().await {
+                Ok(retention) => {
+                    if self.failing.take().is_some() {
+                        tracing::info!(topic = reader.topic(), "the order topic's retention is read again");
+                    }
+                    self.retention = Some(retention);
+                }
+                Err(error) => {
+                    stats.purge_topic_unread.fetch_add(1, Ordering::Relaxed);
+                    let text = error.to_string();
+                    if self.failing.as_deref() != Some(text.as_str()) {
+                        tracing::warn!(
+                            topic = reader.topic(),
+                            error = %text,
+                            kept = ?self.retention,
+                            "cannot read the order topic's retention; the last reading (none: purge.after_hours as \
+                             configured) stays in force"
+                        );
+                        self.failing = Some(text);
+                    }
+                }
+            }
+        }
+        let in_force = match self.retention {
+            Some(retention) => retention.horizon(self.configured),
+            None => Some(self.configured),
+        };
+        if self.exported != Some(in_force) {
+            self.exported = Some(in_force);
+            self.announce(in_force);
+        }
+        in_force
+    }
+
+    /// Logs and exports a new horizon in force.
+    fn announce(&self, in_force: Option<Duration>) {
+        telemetry::purge_horizon(in_force);
+        telemetry::purge_topic_retention(self.retention);
+        let hours = |d: Duration| d.as_secs().div_ceil(3_600);
+        let topic = self.topic.as_ref().map(TopicReader::topic);
+        match (in_force, self.retention) {
+            (None, _) => tracing::error!(
+                topic,
+                "the order topic keeps messages for ever (retention.ms -1, or compaction without deletion): no \
+                 finished saga is purged, since a message read again after its saga is gone is processed again"
+            ),
+            (Some(horizon), Some(Retention::Bounded(bound))) if horizon > self.configured => tracing::warn!(
+                topic,
+                after_hours = hours(self.configured),
+                topic_keeps_hours = hours(bound),
+                horizon_hours = hours(horizon),
+                "purge.after_hours is shorter than the order topic keeps messages (retention.ms plus segment.ms): \
+                 purging past what the topic keeps, plus an hour, instead"
+            ),
+            (Some(horizon), retention) => tracing::info!(
+                topic,
+                horizon_hours = hours(horizon),
+                topic_keeps_hours = retention.map(|r| r.seconds() / 3_600.0),
+                "purge horizon in force"
+            ),
+        }
     }
 }

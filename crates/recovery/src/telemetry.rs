@@ -72,10 +72,15 @@ pub async fn sample_table(store: &Store) -> Result<(Vec<(String, u64)>, bool), m
     Ok(unknown)
 }
 
-/// Exports the purge's horizon (0 when off), beside the oldest finished saga's age, so an
-/// alert can tell a purge falling behind from none at all.
+/// Exports the purge's horizon in force (0 when off or held), beside the oldest finished
+/// saga's age, so an alert can tell a purge falling behind from none at all.
 pub(crate) fn purge_horizon(horizon: Option<Duration>) {
     instruments().purge_horizon.record(horizon.map_or(0.0, |h| h.as_secs_f64()), &[]);
+}
+
+/// Exports what the order topic keeps, as the purge last read it (0 when not read, -1 for ever).
+pub(crate) fn purge_topic_retention(retention: Option<crate::retention::Retention>) {
+    instruments().purge_topic_retention.record(retention.map_or(0.0, |r| r.seconds()), &[]);
 }
 
 /// Samples the table every [`TABLE_SAMPLE_INTERVAL`] until `shutdown`.

@@ -65,6 +65,10 @@ pub struct Stats {
     pub purged_outbox: AtomicU64,
     pub purge_failures: AtomicU64,
     pub purge_rolled_back: AtomicU64,
+    /// Purge rounds that deleted nothing because the order topic keeps messages for ever, and
+    /// reads of the topic's retention that failed (the last reading stayed in force).
+    pub purge_held: AtomicU64,
+    pub purge_topic_unread: AtomicU64,
 }
 
 /// A copy of [`Stats`] at one moment.
@@ -85,6 +89,8 @@ pub struct StatsSnapshot {
     pub purged_outbox: u64,
     pub purge_failures: u64,
     pub purge_rolled_back: u64,
+    pub purge_held: u64,
+    pub purge_topic_unread: u64,
 }
 
 impl Stats {
@@ -106,6 +112,8 @@ impl Stats {
             purged_outbox: get(&self.purged_outbox),
             purge_failures: get(&self.purge_failures),
             purge_rolled_back: get(&self.purge_rolled_back),
+            purge_held: get(&self.purge_held),
+            purge_topic_unread: get(&self.purge_topic_unread),
         }
     }
 

@@ -5,17 +5,19 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
 use midflight_api::client::LedgerKind;
-use midflight_config::{DatabaseSection, GrpcClientSection};
+use midflight_config::{DatabaseSection, GrpcClientSection, KafkaSection};
 use midflight_driver::Outcome;
 use midflight_model::{Status, Step, request_id};
+use midflight_recovery::retention::{Retention, TopicReader};
 use midflight_recovery::{PurgeSection, RecoveryConfig, Worker};
 use midflight_stack::{MethodFaults, MockDownstreams, MockOptions, fault};
 use midflight_store::both_engines;
-use midflight_store::testing::{TestDb, age, drive_to_done, execute, until};
+use midflight_store::testing::{TestDb, age, drive_to_done, execute, required_in_ci, until};
 use tokio_util::sync::CancellationToken;
 
 fn config(db: &TestDb, mocks: &MockDownstreams) -> RecoveryConfig {
@@ -161,7 +163,6 @@ both_engines!(shutdown_releases_leases, shutdown_leaves_sagas_at_a_durable_point
 /// With purging on, the service deletes finished sagas past the horizon, batch after batch
 /// (seven in batches of two, one right after the other), and keeps the recent one.
 async fn purge_runs_through_the_backlog(db: &TestDb) {
-    const HOUR_MS: i64 = 3_600_000;
     let mocks = MockDownstreams::start(MockOptions::default()).await;
     let events: Vec<_> = (0..8).map(|i| event(&format!("O-{i}"), "PAID", "CN-ZJ")).collect();
     let sagas = arrive(&db.store, &events, 1, 60_000).await;
@@ -174,7 +175,8 @@ async fn purge_runs_through_the_backlog(db: &TestDb) {
     }
     let mut config = config(db, &mocks);
     // An hour after a short batch: the test ends only if full batches follow each other at once.
-    config.purge = PurgeSection { after_hours: 24, batch_rows: 2, pause_ms: 1, interval_ms: 3_600_000 };
+    config.purge =
+        PurgeSection { after_hours: 24, batch_rows: 2, pause_ms: 1, interval_ms: 3_600_000, ..PurgeSection::default() };
     let shutdown = CancellationToken::new();
     let service = tokio::spawn(midflight_recovery::run(config, shutdown.clone()));
     until("the old sagas are purged", || async { db.store.page("", 10).await.expect("page").len() == 1 }).await;
@@ -185,3 +187,148 @@ async fn purge_runs_through_the_backlog(db: &TestDb) {
     assert!(!db.store.transitions(&sagas[7].biz_id).await.expect("log").is_empty(), "the recent one's log stays");
 }
 both_engines!(purge_deletes_old_finished_sagas, purge_runs_through_the_backlog);
+
+// ---------------------------------------------------------------------------------------------
+// The purge against the order topic's retention
+// ---------------------------------------------------------------------------------------------
+
+const HOUR_MS: i64 = 3_600_000;
+
+/// Three finished sagas with their notifications published: last written 40 and 30 hours ago,
+/// and now. Returns their biz_ids in that order.
+async fn finished_40_30_and_0_hours_ago(db: &TestDb) -> Vec<String> {
+    let events: Vec<_> = ["P-40", "P-30", "P-0"].iter().map(|order| event(order, "PAID", "CN-ZJ")).collect();
+    let mut ids = Vec::new();
+    for (saga, hours) in arrive(&db.store, &events, 1, 60_000).await.into_iter().zip([40, 30, 0]) {
+        let done = drive_to_done(&db.store, saga, "consumer:c", 60_000).await;
+        if hours > 0 {
+            age(&db.store, &done.biz_id, Status::Done, hours * HOUR_MS).await;
+        }
+        ids.push(done.biz_id);
+    }
+    execute(&db.store, "UPDATE outbox SET published_at_ms = 1").await;
+    ids
+}
+
+async fn kept(db: &TestDb) -> Vec<String> {
+    let mut ids: Vec<String> = db.store.page("", 10).await.expect("page").into_iter().map(|s| s.biz_id).collect();
+    ids.sort();
+    ids
+}
+
+/// A purge of 24 hours, reading `topic` on `bootstrap` (if any), run beside the test.
+fn purge_beside(
+    db: &TestDb,
+    topic: Option<(&str, &str)>,
+    interval_ms: u64,
+) -> (Arc<midflight_recovery::Stats>, CancellationToken, tokio::task::JoinHandle<()>) {
+    let section =
+        PurgeSection { after_hours: 24, batch_rows: 500, pause_ms: 1, interval_ms, topic_check_timeout_ms: 2_000 };
+    let reader = topic.map(|(bootstrap, topic)| {
+        let kafka = KafkaSection {
+            bootstrap_servers: bootstrap.to_owned(),
+            order_topic: topic.to_owned(),
+            ..KafkaSection::default()
+        };
+        TopicReader::new(&kafka, Duration::from_millis(section.topic_check_timeout_ms)).expect("admin client")
+    });
+    let stats = Arc::new(midflight_recovery::Stats::default());
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(midflight_recovery::purge::purge_periodically(
+        db.store.clone(),
+        section,
+        reader,
+        stats.clone(),
+        shutdown.clone(),
+    ));
+    (stats, shutdown, running)
+}
+
+/// Creates `topic` with `configs` on the broker at `bootstrap` (one partition).
+async fn create_topic(bootstrap: &str, topic: &str, configs: &[(&str, &str)]) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> =
+        rdkafka::ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("admin client");
+    let mut new = NewTopic::new(topic, 1, TopicReplication::Fixed(1));
+    for (name, value) in configs {
+        new = new.set(name, value);
+    }
+    let options = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
+    let created = admin.create_topics(&[new], &options).await.expect("create topics");
+    assert!(matches!(&created[..], [Ok(_)]), "{topic}: {created:?}");
+}
+
+/// With the order topic's settings read (on an external broker, `MIDFLIGHT_TEST_KAFKA`): a
+/// topic that keeps messages 37 hours makes a 24-hour purge keep a saga of 30 hours (and
+/// delete one of 40 in the same batch, where a 24-hour horizon deletes both); a topic that
+/// keeps them for ever holds the purge. What the reader makes of each kind of topic, and of
+/// one that does not exist.
+async fn purge_keeps_what_the_topic_can_hand_out(db: &TestDb) {
+    let Some(bootstrap) =
+        required_in_ci("MIDFLIGHT_TEST_KAFKA", "the purge's topic check", "the purge's topic check on a broker")
+    else {
+        return;
+    };
+    let unique = uuid::Uuid::new_v4().simple().to_string();
+    let (kept_37h, for_ever, compacted) =
+        (format!("orders-37h-{unique}"), format!("orders-ever-{unique}"), format!("orders-compact-{unique}"));
+    create_topic(&bootstrap, &kept_37h, &[("retention.ms", &(36 * HOUR_MS).to_string()), ("segment.ms", "3600000")])
+        .await;
+    create_topic(&bootstrap, &for_ever, &[("retention.ms", "-1"), ("segment.ms", "3600000")]).await;
+    create_topic(&bootstrap, &compacted, &[("cleanup.policy", "compact")]).await;
+    let read = |topic: &str| {
+        let kafka = KafkaSection {
+            bootstrap_servers: bootstrap.clone(),
+            order_topic: topic.to_owned(),
+            ..KafkaSection::default()
+        };
+        let reader = TopicReader::new(&kafka, Duration::from_secs(5)).expect("admin client");
+        async move { reader.read().await }
+    };
+    assert_eq!(read(&kept_37h).await.expect("read"), Retention::Bounded(Duration::from_secs(37 * 3_600)));
+    assert_eq!(read(&for_ever).await.expect("read"), Retention::Unbounded);
+    assert_eq!(read(&compacted).await.expect("read"), Retention::Unbounded);
+    let missing = read(&format!("orders-missing-{unique}")).await;
+    assert!(missing.is_err(), "a topic that does not exist has no retention: {missing:?}");
+
+    let [old, younger, recent] = <[String; 3]>::try_from(finished_40_30_and_0_hours_ago(db).await).expect("three");
+    let (stats, shutdown, running) = purge_beside(db, Some((&bootstrap, &kept_37h)), 3_600_000);
+    until("the 40-hour saga to be purged", || async { !kept(db).await.contains(&old) }).await;
+    shutdown.cancel();
+    running.await.expect("purge task");
+    let mut expected = vec![younger.clone(), recent.clone()];
+    expected.sort();
+    assert_eq!(kept(db).await, expected, "the topic keeps messages 37 hours: the 30-hour saga stays");
+    assert_eq!((stats.snapshot().purged_sagas, stats.snapshot().purge_topic_unread), (1, 0));
+
+    let (stats, shutdown, running) = purge_beside(db, Some((&bootstrap, &for_ever)), 20);
+    until("two purge rounds held", || async { stats.snapshot().purge_held >= 2 }).await;
+    shutdown.cancel();
+    running.await.expect("purge task");
+    assert_eq!(kept(db).await, expected, "nothing is purged while the topic keeps messages for ever");
+    assert_eq!(stats.snapshot().purged_sagas, 0);
+}
+both_engines!(purge_follows_the_order_topics_retention, purge_keeps_what_the_topic_can_hand_out);
+
+/// A broker that does not answer the topic's settings (the embedded one has no DescribeConfigs)
+/// leaves `purge.after_hours` in force: the purge goes on, and counts the failed reads.
+async fn purge_without_a_reading_trusts_the_configured_horizon(db: &TestDb) {
+    let cluster = rdkafka::mocking::MockCluster::new(1).expect("embedded Kafka");
+    cluster.create_topic("orders", 1, 1).expect("topic");
+    let [old, younger, recent] = <[String; 3]>::try_from(finished_40_30_and_0_hours_ago(db).await).expect("three");
+    let (stats, shutdown, running) = purge_beside(db, Some((&cluster.bootstrap_servers(), "orders")), 3_600_000);
+    until("the old sagas to be purged", || async {
+        let left = kept(db).await;
+        !left.contains(&old) && !left.contains(&younger)
+    })
+    .await;
+    shutdown.cancel();
+    running.await.expect("purge task");
+    assert_eq!(kept(db).await, vec![recent]);
+    let snapshot = stats.snapshot();
+    assert_eq!((snapshot.purged_sagas, snapshot.purge_topic_unread, snapshot.purge_held), (2, 1, 0));
+}
+both_engines!(
+    purge_keeps_its_horizon_when_the_topic_cannot_be_read,
+    purge_without_a_reading_trusts_the_configured_horizon
+);

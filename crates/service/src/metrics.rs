@@ -152,7 +152,14 @@ pub const PURGE_HORIZON: Spec = Spec {
     prometheus: "midflight_purge_horizon_seconds",
     kind: Kind::Gauge,
     attributes: &[],
-    help: "The recovery worker's purge horizon (purge.after_hours), 0 when purging is off.",
+    help: "The recovery worker's purge horizon in force: purge.after_hours, or what the order topic keeps (retention.ms plus segment.ms, plus an hour) when that is longer; 0 when purging is off, or held because the topic keeps messages for ever.",
+};
+pub const PURGE_TOPIC_RETENTION: Spec = Spec {
+    name: "midflight.purge.topic_retention",
+    prometheus: "midflight_purge_topic_retention_seconds",
+    kind: Kind::Gauge,
+    attributes: &[],
+    help: "The longest the order topic keeps a message (retention.ms plus segment.ms), as the recovery worker's purge last read it; -1 when it keeps messages for ever (retention.ms -1, or compaction without deletion); 0 when not read (purging off, no kafka section, or no answer yet).",
 };
 pub const TICKETS_OPEN: Spec = Spec {
     name: "midflight.tickets.open",
@@ -198,7 +205,7 @@ pub const CONSUMER_TOPIC_PARTITIONS: Spec = Spec {
 };
 
 /// Every metric recorded through [`instruments`] or named by the services' own observers.
-pub const CATALOGUE: [Spec; 21] = [
+pub const CATALOGUE: [Spec; 22] = [
     SAGA_TRANSITIONS,
     SAGA_TAKEOVERS,
     SAGA_CAS_CONFLICTS,
@@ -214,6 +221,7 @@ pub const CATALOGUE: [Spec; 21] = [
     SAGA_OLDEST_AGE,
     SAGA_OLDEST_FINISHED_AGE,
     PURGE_HORIZON,
+    PURGE_TOPIC_RETENTION,
     TICKETS_OPEN,
     RECONCILER_FINDINGS,
     RECONCILER_RUNS,
@@ -240,6 +248,7 @@ pub struct Instruments {
     pub oldest_age: Gauge<f64>,
     pub oldest_finished_age: Gauge<f64>,
     pub purge_horizon: Gauge<f64>,
+    pub purge_topic_retention: Gauge<f64>,
     pub tickets_open: Gauge<u64>,
     pub reconciler_findings: Counter<u64>,
     pub reconciler_runs: Counter<u64>,
@@ -294,6 +303,11 @@ pub fn instruments() -> &'static Instruments {
             purge_horizon: meter
                 .f64_gauge(PURGE_HORIZON.name)
                 .with_description(PURGE_HORIZON.help)
+                .with_unit("s")
+                .build(),
+            purge_topic_retention: meter
+                .f64_gauge(PURGE_TOPIC_RETENTION.name)
+                .with_description(PURGE_TOPIC_RETENTION.help)
                 .with_unit("s")
                 .build(),
             tickets_open: meter.u64_gauge(TICKETS_OPEN.name).with_description(TICKETS_OPEN.help).build(),

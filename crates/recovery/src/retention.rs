@@ -1,0 +1,204 @@
+//! The order topic's retention, read so that the purge never deletes a saga whose message the
+//! topic can still hand out. A saga's row is what turns a redelivered message into a no-op: a
+//! message read again after its saga was purged (offsets reset to the earliest, a new group, a
+//! committed offset lost) would be processed again, with every external effect.
+//!
+//! With a `kafka` section, the purge reads the topic's `retention.ms`, `segment.ms` and
+//! `cleanup.policy` (DescribeConfigs) before it starts and again every `purge.interval_ms`, and
+//! purges past the longer of `purge.after_hours` and the topic's bound plus
+//! [`RETENTION_MARGIN`]; nothing while the topic keeps messages for ever. A broker that does
+//! not answer, or does not report those settings, leaves the last reading in force (none yet:
+//! `purge.after_hours` as configured) and a warning.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use midflight_config::KafkaSection;
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
+
+/// Added to the topic's own bound: a broker deletes a segment past retention only at its next
+/// retention check (`log.retention.check.interval.ms`, 5 minutes by default), and its clock and
+/// the database's may differ.
+pub const RETENTION_MARGIN: Duration = Duration::from_secs(3_600);
+
+/// How long the order topic keeps a message, as its configuration says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retention {
+    /// Every message is deleted at most this long after it was written: `retention.ms` plus
+    /// `segment.ms` (a segment takes messages for up to `segment.ms`, and is deleted whole once
+    /// its newest message is past retention).
+    Bounded(Duration),
+    /// A message may be kept for ever: `retention.ms` is -1, or the topic is compacted without
+    /// deletion (the latest message of each key stays).
+    Unbounded,
+}
+
+impl Retention {
+    /// What the topic's configuration entries (name, value) say. `retention.ms` and
+    /// `segment.ms` must be there (a Kafka broker reports every setting, its defaults
+    /// included); a missing `cleanup.policy` is taken as Kafka's default, `delete`.
+    pub fn from_entries<'a>(
+        entries: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+    ) -> Result<Retention, RetentionError> {
+        let entries: BTreeMap<&str, Option<&str>> = entries.into_iter().collect();
+        let value = |name: &'static str| match entries.get(name) {
+            Some(Some(value)) => Ok(value.trim()),
+            _ => Err(RetentionError::NotReported(name)),
+        };
+        let number = |name: &'static str| {
+            let text = value(name)?;
+            text.parse::<i64>().map_err(|_| RetentionError::Unreadable { name, value: text.to_owned() })
+        };
+        let policy = entries.get("cleanup.policy").copied().flatten().unwrap_or("delete");
+        let policies: Vec<&str> = policy.split(',').map(str::trim).collect();
+        if policies.contains(&"compact") && !policies.contains(&"delete") {
+            return Ok(Retention::Unbounded);
+        }
+        let retention_ms = number("retention.ms")?;
+        if retention_ms == -1 {
+            return Ok(Retention::Unbounded);
+        }
+        let segment_ms = number("segment.ms")?;
+        let positive = |name: &'static str, ms: i64| {
+            u64::try_from(ms)
+                .ok()
+                .filter(|ms| *ms > 0)
+                .ok_or(RetentionError::Unreadable { name, value: ms.to_string() })
+        };
+        let bound = positive("retention.ms", retention_ms)?.saturating_add(positive("segment.ms", segment_ms)?);
+        Ok(Retention::Bounded(Duration::from_millis(bound)))
+    }
+
+    /// The longest the topic keeps a message, in seconds; -1 for ever.
+    pub fn seconds(&self) -> f64 {
+        match self {
+            Retention::Bounded(bound) => bound.as_secs_f64(),
+            Retention::Unbounded => -1.0,
+        }
+    }
+
+    /// The horizon the purge may use instead of `configured`: the longer of it and the topic's
+    /// bound plus [`RETENTION_MARGIN`]; `None` when no horizon is safe.
+    pub fn horizon(&self, configured: Duration) -> Option<Duration> {
+        match self {
+            Retention::Bounded(bound) => Some(configured.max(bound.saturating_add(RETENTION_MARGIN))),
+            Retention::Unbounded => None,
+        }
+    }
+}
+
+/// Why the order topic's retention could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum RetentionError {
+    #[error("cannot ask the broker: {0}")]
+    Kafka(#[from] KafkaError),
+    #[error("the broker answered for the topic with {0:?}")]
+    Topic(RDKafkaErrorCode),
+    #[error("the broker did not report the topic's {0}")]
+    NotReported(&'static str),
+    #[error("the topic's {name} is {value:?}, not a number of milliseconds this check understands")]
+    Unreadable { name: &'static str, value: String },
+}
+
+/// Reads the order topic's configuration through the admin API; one client for the process.
+pub struct TopicReader {
+    admin: AdminClient<DefaultClientContext>,
+    topic: String,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for TopicReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TopicReader").field("topic", &self.topic).field("timeout", &self.timeout).finish()
+    }
+}
+
+impl TopicReader {
+    /// A reader of `section.order_topic` on `section.bootstrap_servers` (with
+    /// `section.properties`, e.g. the security settings); no request is made yet.
+    pub fn new(section: &KafkaSection, timeout: Duration) -> Result<TopicReader, KafkaError> {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", &section.bootstrap_servers).set("client.id", "midflight-purge-topic-check");
+        for (key, value) in &section.properties {
+            config.set(key, value);
+        }
+        Ok(TopicReader { admin: config.create()?, topic: section.order_topic.clone(), timeout })
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// The topic's retention now; waits at most the reader's timeout.
+    pub async fn read(&self) -> Result<Retention, RetentionError> {
+        let options = AdminOptions::new().request_timeout(Some(self.timeout));
+        let resources = [ResourceSpecifier::Topic(&self.topic)];
+        let asked = self.admin.describe_configs(&resources, &options);
+        let answers = match tokio::time::timeout(self.timeout.saturating_add(Duration::from_secs(1)), asked).await {
+            Ok(answers) => answers?,
+            Err(_) => return Err(KafkaError::AdminOp(RDKafkaErrorCode::OperationTimedOut).into()),
+        };
+        let resource = answers
+            .into_iter()
+            .next()
+            .ok_or(RetentionError::NotReported("configuration"))?
+            .map_err(RetentionError::Topic)?;
+        Retention::from_entries(resource.entries.iter().map(|entry| (entry.name.as_str(), entry.value.as_deref())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOUR: Duration = Duration::from_secs(3_600);
+
+    fn of(entries: &[(&'static str, &'static str)]) -> Result<Retention, RetentionError> {
+        Retention::from_entries(entries.iter().map(|(name, value)| (*name, Some(*value))))
+    }
+
+    #[test]
+    fn a_deleting_topic_keeps_a_message_for_retention_plus_a_segment() {
+        let kafka_defaults = [("retention.ms", "604800000"), ("segment.ms", "604800000"), ("cleanup.policy", "delete")];
+        assert_eq!(of(&kafka_defaults).expect("readable"), Retention::Bounded(14 * 24 * HOUR));
+        let no_policy = [("retention.ms", "3600000"), ("segment.ms", "600000")];
+        assert_eq!(of(&no_policy).expect("readable"), Retention::Bounded(Duration::from_secs(4_200)));
+        let both = [("retention.ms", "3600000"), ("segment.ms", "3600000"), ("cleanup.policy", "compact, delete")];
+        assert_eq!(of(&both).expect("readable"), Retention::Bounded(2 * HOUR));
+    }
+
+    #[test]
+    fn a_topic_that_keeps_messages_for_ever_is_unbounded() {
+        assert_eq!(of(&[("retention.ms", "-1"), ("segment.ms", "1000")]).expect("readable"), Retention::Unbounded);
+        assert_eq!(of(&[("cleanup.policy", "compact")]).expect("readable"), Retention::Unbounded);
+        assert_eq!(Retention::Unbounded.seconds(), -1.0);
+        assert_eq!(Retention::Unbounded.horizon(HOUR * 1_000), None);
+    }
+
+    #[test]
+    fn what_is_missing_or_unreadable_is_named() {
+        let missing = of(&[("segment.ms", "1000")]).expect_err("unreadable").to_string();
+        assert!(missing.contains("did not report the topic's retention.ms"), "{missing}");
+        let missing = of(&[("retention.ms", "1000")]).expect_err("unreadable").to_string();
+        assert!(missing.contains("segment.ms"), "{missing}");
+        let unset =
+            Retention::from_entries([("retention.ms", None), ("segment.ms", Some("1"))]).expect_err("unreadable");
+        assert!(matches!(unset, RetentionError::NotReported("retention.ms")), "{unset}");
+        for (retention, segment) in [("a week", "1000"), ("-2", "1000"), ("0", "1000"), ("1000", "0")] {
+            let error = of(&[("retention.ms", retention), ("segment.ms", segment)]).expect_err("unreadable");
+            assert!(matches!(error, RetentionError::Unreadable { .. }), "{retention}/{segment}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_horizon_is_the_longer_of_the_configured_and_the_topics_with_its_margin() {
+        let topic = Retention::Bounded(36 * HOUR);
+        assert_eq!(topic.horizon(24 * HOUR), Some(37 * HOUR));
+        assert_eq!(topic.horizon(48 * HOUR), Some(48 * HOUR));
+        assert_eq!(topic.seconds(), 36.0 * 3_600.0);
+    }
+}
