@@ -32,8 +32,10 @@ pub struct RecoveryConfig {
     pub reconcile: ReconcileSection,
     pub purge: PurgeSection,
     /// The order topic's Kafka, read only by the purge, for the topic's retention
-    /// ([`PurgeSection`]); none by default. The consumer's `kafka` settings fit as they are:
-    /// `bootstrap_servers`, `order_topic` and `properties` are used.
+    /// ([`PurgeSection`]); none by default. The consumer's `kafka` settings fit as they are
+    /// (`bootstrap_servers`, `order_topic` and `properties` are used), but on a cluster with
+    /// ACLs the principal also needs the DescribeConfigs permission on the topic, which reading
+    /// it does not grant: until a first reading, nothing is purged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kafka: Option<KafkaSection>,
 }
@@ -73,14 +75,16 @@ pub struct RecoverySection {
 /// Deleting finished sagas (DONE, ROLLED_BACK) once nothing can ask for them again. Off by
 /// default: how long a saga must be kept depends on the order topic.
 ///
-/// A saga's row is what turns a redelivered message into a no-op, so the horizon must be
-/// longer than the oldest message the order topic can still hand out: its `retention.ms` plus
-/// its `segment.ms` (a segment is deleted whole, once its newest message is past retention),
-/// plus the longest time the consumers may be behind. A message read after its saga was purged
-/// is processed again, with every external effect. With a `kafka` section the purge reads the
+/// A saga's row is what turns a redelivered message into a no-op, so the horizon, counted from
+/// the saga's last write (after its message was read), must be longer than the order topic
+/// keeps a message: its `retention.ms` plus its `segment.ms` (a segment is deleted whole, once
+/// its newest message is past retention). A message read after its saga was purged is
+/// processed again, with every external effect. With a `kafka` section the purge reads the
 /// topic's settings and purges past the longer of `after_hours` and what the topic keeps plus
-/// an hour, and nothing while the topic keeps messages for ever (`crate::retention`); the
-/// consumers' lag stays the operator's to allow for. Sagas with an open ticket or an unpublished
+/// an hour, nothing until it has read them and nothing while the topic keeps messages for ever
+/// (`crate::retention`). Not covered: the same event produced again by the upstream later (its
+/// retention counts from then), and producers dating messages further ahead than the topic
+/// bounds and the hour allow. Sagas with an open ticket or an unpublished
 /// notification wait; the reconciler judges a purged saga's effects by its business row, which
 /// is kept. On MySQL a purge batch runs at READ COMMITTED, which needs the binlog, if on, in
 /// ROW or MIXED format (the defaults).
@@ -200,6 +204,9 @@ impl PurgeSection {
         }
         if self.interval_ms == 0 || self.topic_check_timeout_ms == 0 {
             problems.push(format!("{at}.interval_ms and topic_check_timeout_ms must be positive"));
+        } else if self.topic_check_timeout_ms > self.interval_ms {
+            // A broker that never answers would otherwise be asked again the moment it timed out.
+            problems.push(format!("{at}.topic_check_timeout_ms must be at most {at}.interval_ms"));
         }
         problems
     }
@@ -345,11 +352,11 @@ mod tests {
         config.reconcile.ledger_reread_entries = 200_000;
         config.rules.retry.attempts_max = 0;
         config.driver.lease_ms = 10;
-        config.purge.topic_check_timeout_ms = 0;
+        config.purge.topic_check_timeout_ms = config.purge.interval_ms + 1;
         config.kafka = Some(KafkaSection { order_topic: " ".to_owned(), ..KafkaSection::default() });
         let problems = config.problems();
         for needle in [
-            "topic_check_timeout_ms",
+            "topic_check_timeout_ms must be at most",
             "kafka.order_topic",
             "instance",
             "scan_interval_ms",

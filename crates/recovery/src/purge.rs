@@ -5,9 +5,10 @@
 //! (it deleted nothing) and waits `interval_ms`, so in effect one worker purges at a time.
 //!
 //! With a reader of the order topic ([`crate::retention`]), the horizon in force is the longer
-//! of `after_hours` and what the topic keeps, read before the first batch and again once the
-//! last reading is `interval_ms` old; while the topic keeps messages for ever, nothing is
-//! purged.
+//! of `after_hours` and what the topic keeps plus an hour, read before the first batch and
+//! again once the last reading is `interval_ms` old. Nothing is purged until the topic has been
+//! read once, nor while it keeps messages for ever; a read that fails later leaves the last
+//! reading in force.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -100,8 +101,10 @@ struct Horizon {
     tried_at: Option<Instant>,
     /// What the last failed try said, so that a failure is logged when it starts or changes.
     failing: Option<String>,
-    /// The horizon last exported (`Some(None)`: nothing may be purged).
+    /// The horizon and the reading last exported (`Some(None)`: nothing may be purged, or
+    /// nothing read).
     exported: Option<Option<Duration>>,
+    exported_retention: Option<Option<Retention>>,
 }
 
 impl Horizon {
@@ -109,14 +112,25 @@ impl Horizon {
         if topic.is_none() {
             tracing::warn!(
                 "the purge horizon is not checked against the order topic (no kafka section): purge.after_hours must \
-                 be longer than the topic's retention.ms plus segment.ms, or redelivered messages are processed again"
+                 be longer than the topic keeps a message (retention.ms plus segment.ms), or a message read again \
+                 after its saga is purged is processed again"
             );
         }
-        Horizon { configured, topic, read_every, retention: None, tried_at: None, failing: None, exported: None }
+        Horizon {
+            configured,
+            topic,
+            read_every,
+            retention: None,
+            tried_at: None,
+            failing: None,
+            exported: None,
+            exported_retention: None,
+        }
     }
 
     /// The horizon to purge past now, reading the topic again when the last try is old;
-    /// `None` while nothing may be purged.
+    /// `None` while nothing may be purged: the topic keeps messages for ever, or (with a
+    /// reader) it has not been read yet.
     async fn in_force(&mut self, stats: &Stats) -> Option<Duration> {
         if let Some(reader) = &self.topic
             && self.tried_at.is_none_or(|at| at.elapsed() >= self.read_every)
@@ -133,22 +147,31 @@ impl Horizon {
                     stats.purge_topic_unread.fetch_add(1, Ordering::Relaxed);
                     let text = error.to_string();
                     if self.failing.as_deref() != Some(text.as_str()) {
+                        let consequence = match self.retention {
+                            Some(_) => "the last reading stays in force",
+                            None => "nothing is purged until it is read",
+                        };
                         tracing::warn!(
                             topic = reader.topic(),
                             error = %text,
-                            kept = ?self.retention,
-                            "cannot read the order topic's retention; the last reading (none: purge.after_hours as \
-                             configured) stays in force"
+                            last_reading = ?self.retention,
+                            "cannot read the order topic's retention (the client needs the DescribeConfigs permission \
+                             on the topic); {consequence}"
                         );
                         self.failing = Some(text);
                     }
                 }
             }
         }
-        let in_force = match self.retention {
-            Some(retention) => retention.horizon(self.configured),
-            None => Some(self.configured),
+        let in_force = match (&self.topic, self.retention) {
+            (None, _) => Some(self.configured),
+            (Some(_), None) => None,
+            (Some(_), Some(retention)) => retention.horizon(self.configured),
         };
+        if self.exported_retention != Some(self.retention) {
+            self.exported_retention = Some(self.retention);
+            telemetry::purge_topic_retention(self.retention);
+        }
         if self.exported != Some(in_force) {
             self.exported = Some(in_force);
             self.announce(in_force);
@@ -159,22 +182,24 @@ impl Horizon {
     /// Logs and exports a new horizon in force.
     fn announce(&self, in_force: Option<Duration>) {
         telemetry::purge_horizon(in_force);
-        telemetry::purge_topic_retention(self.retention);
         let hours = |d: Duration| d.as_secs().div_ceil(3_600);
         let topic = self.topic.as_ref().map(TopicReader::topic);
         match (in_force, self.retention) {
-            (None, _) => tracing::error!(
+            // Not read yet: the failed read said so.
+            (None, None) => {}
+            (None, Some(_)) => tracing::error!(
                 topic,
-                "the order topic keeps messages for ever (retention.ms -1, or compaction without deletion): no \
-                 finished saga is purged, since a message read again after its saga is gone is processed again"
+                "the order topic keeps messages for ever (retention.ms or segment.ms -1, or compaction without \
+                 deletion): no finished saga is purged, since a message read again after its saga is gone is \
+                 processed again"
             ),
             (Some(horizon), Some(Retention::Bounded(bound))) if horizon > self.configured => tracing::warn!(
                 topic,
                 after_hours = hours(self.configured),
                 topic_keeps_hours = hours(bound),
                 horizon_hours = hours(horizon),
-                "purge.after_hours is shorter than the order topic keeps messages (retention.ms plus segment.ms): \
-                 purging past what the topic keeps, plus an hour, instead"
+                "purge.after_hours is shorter than the order topic keeps a message (retention.ms plus segment.ms, \
+                 plus how far ahead a producer may date it): purging past that, plus an hour, instead"
             ),
             (Some(horizon), retention) => tracing::info!(
                 topic,

@@ -30,47 +30,72 @@ pub const RETENTION_MARGIN: Duration = Duration::from_secs(3_600);
 pub enum Retention {
     /// Every message is deleted at most this long after it was written: `retention.ms` plus
     /// `segment.ms` (a segment takes messages for up to `segment.ms`, and is deleted whole once
-    /// its newest message is past retention).
+    /// its newest message is past retention), plus how far ahead a producer may date a message.
     Bounded(Duration),
-    /// A message may be kept for ever: `retention.ms` is -1, or the topic is compacted without
-    /// deletion (the latest message of each key stays).
+    /// A message may be kept for ever: `retention.ms` or `segment.ms` is -1 (or over a hundred
+    /// years), or the topic is compacted without deletion (the latest message of each key stays).
     Unbounded,
 }
 
 impl Retention {
     /// What the topic's configuration entries (name, value) say. `retention.ms` and
     /// `segment.ms` must be there (a Kafka broker reports every setting, its defaults
-    /// included); a missing `cleanup.policy` is taken as Kafka's default, `delete`.
+    /// included); a `cleanup.policy` not reported at all is Kafka's default, `delete`, and one
+    /// reported without a value, or with a word other than `delete` and `compact`, is an error.
+    /// With `message.timestamp.type` `CreateTime` (Kafka's default) a segment is deleted by its
+    /// newest message's own timestamp, which a producer may set ahead by up to
+    /// `message.timestamp.after.max.ms` (`message.timestamp.difference.max.ms` on brokers before
+    /// Kafka 3.6); a finite limit is added to the bound, an unbounded one (Kafka's default before
+    /// 4.0) leaves the producers' clocks to [`RETENTION_MARGIN`].
     pub fn from_entries<'a>(
         entries: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
     ) -> Result<Retention, RetentionError> {
         let entries: BTreeMap<&str, Option<&str>> = entries.into_iter().collect();
-        let value = |name: &'static str| match entries.get(name) {
-            Some(Some(value)) => Ok(value.trim()),
+        let number = |name: &'static str| match entries.get(name) {
+            Some(Some(text)) => {
+                let text = text.trim();
+                text.parse::<i64>().map_err(|_| RetentionError::Unreadable { name, value: text.to_owned() })
+            }
             _ => Err(RetentionError::NotReported(name)),
         };
-        let number = |name: &'static str| {
-            let text = value(name)?;
-            text.parse::<i64>().map_err(|_| RetentionError::Unreadable { name, value: text.to_owned() })
+        let policy = match entries.get("cleanup.policy") {
+            None => "delete",
+            Some(None) => return Err(RetentionError::NotReported("cleanup.policy")),
+            Some(Some(text)) => text.trim(),
         };
-        let policy = entries.get("cleanup.policy").copied().flatten().unwrap_or("delete");
-        let policies: Vec<&str> = policy.split(',').map(str::trim).collect();
-        if policies.contains(&"compact") && !policies.contains(&"delete") {
+        let mut deletes = false;
+        for word in policy.split(',').map(str::trim).filter(|word| !word.is_empty()) {
+            match word {
+                "delete" => deletes = true,
+                "compact" => {}
+                _ => return Err(RetentionError::Unreadable { name: "cleanup.policy", value: policy.to_owned() }),
+            }
+        }
+        // Compaction alone keeps the latest message of each key; no policy at all (allowed since
+        // Kafka 4.1) keeps everything.
+        if !deletes {
             return Ok(Retention::Unbounded);
         }
-        let retention_ms = number("retention.ms")?;
-        if retention_ms == -1 {
+        let (Some(retention), Some(segment)) =
+            (limit("retention.ms", number("retention.ms")?)?, limit("segment.ms", number("segment.ms")?)?)
+        else {
             return Ok(Retention::Unbounded);
-        }
-        let segment_ms = number("segment.ms")?;
-        let positive = |name: &'static str, ms: i64| {
-            u64::try_from(ms)
-                .ok()
-                .filter(|ms| *ms > 0)
-                .ok_or(RetentionError::Unreadable { name, value: ms.to_string() })
         };
-        let bound = positive("retention.ms", retention_ms)?.saturating_add(positive("segment.ms", segment_ms)?);
-        Ok(Retention::Bounded(Duration::from_millis(bound)))
+        let log_append_time =
+            matches!(entries.get("message.timestamp.type"), Some(Some(kind)) if kind.trim() == "LogAppendTime");
+        let ahead_name = if entries.contains_key("message.timestamp.after.max.ms") {
+            "message.timestamp.after.max.ms"
+        } else {
+            "message.timestamp.difference.max.ms"
+        };
+        let ahead = match number(ahead_name) {
+            _ if log_append_time => 0,
+            Err(RetentionError::NotReported(_)) => 0,
+            Err(error) => return Err(error),
+            Ok(ms) if ms < -1 => return Err(RetentionError::Unreadable { name: ahead_name, value: ms.to_string() }),
+            Ok(ms) => u64::try_from(ms).ok().filter(|ms| *ms <= FOR_EVER_MS).unwrap_or(0),
+        };
+        Ok(Retention::Bounded(Duration::from_millis(retention + segment + ahead)))
     }
 
     /// The longest the topic keeps a message, in seconds; -1 for ever.
@@ -88,6 +113,18 @@ impl Retention {
             Retention::Bounded(bound) => Some(configured.max(bound.saturating_add(RETENTION_MARGIN))),
             Retention::Unbounded => None,
         }
+    }
+}
+
+/// Longer than this is for ever: a hundred years (also the longest `purge.after_hours`).
+const FOR_EVER_MS: u64 = 876_000 * 3_600_000;
+
+/// A time limit of the topic's in milliseconds: `None` for none (-1, or past [`FOR_EVER_MS`]).
+fn limit(name: &'static str, ms: i64) -> Result<Option<u64>, RetentionError> {
+    match ms {
+        -1 => Ok(None),
+        ms if ms <= 0 => Err(RetentionError::Unreadable { name, value: ms.to_string() }),
+        ms => Ok(u64::try_from(ms).ok().filter(|ms| *ms <= FOR_EVER_MS)),
     }
 }
 
@@ -173,10 +210,45 @@ mod tests {
 
     #[test]
     fn a_topic_that_keeps_messages_for_ever_is_unbounded() {
-        assert_eq!(of(&[("retention.ms", "-1"), ("segment.ms", "1000")]).expect("readable"), Retention::Unbounded);
-        assert_eq!(of(&[("cleanup.policy", "compact")]).expect("readable"), Retention::Unbounded);
+        let for_ever: [&[(&'static str, &'static str)]; 6] = [
+            &[("retention.ms", "-1"), ("segment.ms", "1000")],
+            &[("retention.ms", "1000"), ("segment.ms", "-1")],
+            &[("retention.ms", "9223372036854775807"), ("segment.ms", "1000")],
+            &[("cleanup.policy", "compact")],
+            // No policy at all (Kafka 4.1 and later).
+            &[("cleanup.policy", ""), ("retention.ms", "1000"), ("segment.ms", "1000")],
+            &[("cleanup.policy", "compact"), ("retention.ms", "1000"), ("segment.ms", "1000")],
+        ];
+        for entries in for_ever {
+            assert_eq!(of(entries).expect("readable"), Retention::Unbounded, "{entries:?}");
+        }
         assert_eq!(Retention::Unbounded.seconds(), -1.0);
         assert_eq!(Retention::Unbounded.horizon(HOUR * 1_000), None);
+    }
+
+    #[test]
+    fn a_producers_clock_ahead_counts_as_far_as_the_topic_bounds_it() {
+        let base = [("retention.ms", "3600000"), ("segment.ms", "3600000")];
+        let with = |more: &[(&'static str, &'static str)]| {
+            of(&base.iter().chain(more).copied().collect::<Vec<_>>()).expect("readable")
+        };
+        assert_eq!(with(&[("message.timestamp.after.max.ms", "3600000")]), Retention::Bounded(3 * HOUR));
+        assert_eq!(
+            with(&[("message.timestamp.difference.max.ms", "1800000")]),
+            Retention::Bounded(2 * HOUR + HOUR / 2)
+        );
+        // Newer brokers report both; the after limit is the one in force.
+        let both = [("message.timestamp.after.max.ms", "0"), ("message.timestamp.difference.max.ms", "3600000")];
+        assert_eq!(with(&both), Retention::Bounded(2 * HOUR));
+        // Unbounded (Kafka's default before 4.0): the margin stands for the producers' clocks.
+        assert_eq!(
+            with(&[("message.timestamp.difference.max.ms", "9223372036854775807")]),
+            Retention::Bounded(2 * HOUR)
+        );
+        let log_append = [("message.timestamp.type", "LogAppendTime"), ("message.timestamp.after.max.ms", "3600000")];
+        assert_eq!(with(&log_append), Retention::Bounded(2 * HOUR));
+        let create = [("message.timestamp.type", "CreateTime"), ("message.timestamp.after.max.ms", "3600000")];
+        assert_eq!(with(&create), Retention::Bounded(3 * HOUR));
     }
 
     #[test]
@@ -192,6 +264,17 @@ mod tests {
             let error = of(&[("retention.ms", retention), ("segment.ms", segment)]).expect_err("unreadable");
             assert!(matches!(error, RetentionError::Unreadable { .. }), "{retention}/{segment}: {error}");
         }
+        // Only Kafka's own words count as a policy: anything else might keep messages for ever.
+        for policy in ["Compact", "[compact]", "none", "delete,forever"] {
+            let error = of(&[("cleanup.policy", policy), ("retention.ms", "1000"), ("segment.ms", "1000")])
+                .expect_err("unreadable");
+            assert!(matches!(error, RetentionError::Unreadable { name: "cleanup.policy", .. }), "{policy}: {error}");
+        }
+        let no_value =
+            Retention::from_entries([("cleanup.policy", None), ("retention.ms", Some("1")), ("segment.ms", Some("1"))]);
+        assert!(matches!(no_value, Err(RetentionError::NotReported("cleanup.policy"))), "{no_value:?}");
+        let ahead = [("retention.ms", "1000"), ("segment.ms", "1000"), ("message.timestamp.after.max.ms", "-5")];
+        assert!(matches!(of(&ahead), Err(RetentionError::Unreadable { .. })), "{:?}", of(&ahead));
     }
 
     #[test]

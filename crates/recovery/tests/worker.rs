@@ -223,7 +223,7 @@ fn purge_beside(
     interval_ms: u64,
 ) -> (Arc<midflight_recovery::Stats>, CancellationToken, tokio::task::JoinHandle<()>) {
     let section =
-        PurgeSection { after_hours: 24, batch_rows: 500, pause_ms: 1, interval_ms, topic_check_timeout_ms: 2_000 };
+        PurgeSection { after_hours: 24, batch_rows: 500, pause_ms: 1, interval_ms, topic_check_timeout_ms: 500 };
     let reader = topic.map(|(bootstrap, topic)| {
         let kafka = KafkaSection {
             bootstrap_servers: bootstrap.to_owned(),
@@ -244,25 +244,33 @@ fn purge_beside(
     (stats, shutdown, running)
 }
 
+fn admin(bootstrap: &str) -> rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> {
+    rdkafka::ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("admin client")
+}
+
+async fn delete_topic(bootstrap: &str, topic: &str) {
+    let options = rdkafka::admin::AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
+    let deleted = admin(bootstrap).delete_topics(&[topic], &options).await.expect("delete topics");
+    assert!(matches!(&deleted[..], [Ok(_)]), "{topic}: {deleted:?}");
+}
+
 /// Creates `topic` with `configs` on the broker at `bootstrap` (one partition).
 async fn create_topic(bootstrap: &str, topic: &str, configs: &[(&str, &str)]) {
-    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    let admin: AdminClient<rdkafka::client::DefaultClientContext> =
-        rdkafka::ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("admin client");
+    use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
     let mut new = NewTopic::new(topic, 1, TopicReplication::Fixed(1));
     for (name, value) in configs {
         new = new.set(name, value);
     }
     let options = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
-    let created = admin.create_topics(&[new], &options).await.expect("create topics");
+    let created = admin(bootstrap).create_topics(&[new], &options).await.expect("create topics");
     assert!(matches!(&created[..], [Ok(_)]), "{topic}: {created:?}");
 }
 
 /// With the order topic's settings read (on an external broker, `MIDFLIGHT_TEST_KAFKA`): a
 /// topic that keeps messages 37 hours makes a 24-hour purge keep a saga of 30 hours (and
-/// delete one of 40 in the same batch, where a 24-hour horizon deletes both); a topic that
-/// keeps them for ever holds the purge. What the reader makes of each kind of topic, and of
-/// one that does not exist.
+/// delete one of 40 in the same batch, where a 24-hour horizon deletes both), also once the
+/// topic can no longer be read; a topic that keeps them for ever holds the purge. What the
+/// reader makes of each kind of topic, and of one that does not exist.
 async fn purge_keeps_what_the_topic_can_hand_out(db: &TestDb) {
     let Some(bootstrap) =
         required_in_ci("MIDFLIGHT_TEST_KAFKA", "the purge's topic check", "the purge's topic check on a broker")
@@ -292,43 +300,53 @@ async fn purge_keeps_what_the_topic_can_hand_out(db: &TestDb) {
     assert!(missing.is_err(), "a topic that does not exist has no retention: {missing:?}");
 
     let [old, younger, recent] = <[String; 3]>::try_from(finished_40_30_and_0_hours_ago(db).await).expect("three");
-    let (stats, shutdown, running) = purge_beside(db, Some((&bootstrap, &kept_37h)), 3_600_000);
+    // A round, with a reading, every 20 ms.
+    let (stats, shutdown, running) = purge_beside(db, Some((&bootstrap, &kept_37h)), 20);
     until("the 40-hour saga to be purged", || async { !kept(db).await.contains(&old) }).await;
-    shutdown.cancel();
-    running.await.expect("purge task");
     let mut expected = vec![younger.clone(), recent.clone()];
     expected.sort();
     assert_eq!(kept(db).await, expected, "the topic keeps messages 37 hours: the 30-hour saga stays");
     assert_eq!((stats.snapshot().purged_sagas, stats.snapshot().purge_topic_unread), (1, 0));
+    // The topic goes away: its reads fail from now on, and the last reading stays in force
+    // (two failed reads: the batch after the first has run).
+    delete_topic(&bootstrap, &kept_37h).await;
+    until("two failed reads", || async { stats.snapshot().purge_topic_unread >= 2 }).await;
+    assert_eq!(kept(db).await, expected, "a failed read does not bring back the shorter horizon");
+    // Nor does it hold the purge: a saga of 45 hours goes, one of 30 stays.
+    age(&db.store, &younger, Status::Done, 45 * HOUR_MS).await;
+    age(&db.store, &recent, Status::Done, 30 * HOUR_MS).await;
+    until("the 45-hour saga to be purged", || async { !kept(db).await.contains(&younger) }).await;
+    shutdown.cancel();
+    running.await.expect("purge task");
+    assert_eq!(kept(db).await, vec![recent.clone()], "the 30-hour saga stays");
+    assert_eq!(stats.snapshot().purged_sagas, 2);
 
     let (stats, shutdown, running) = purge_beside(db, Some((&bootstrap, &for_ever)), 20);
     until("two purge rounds held", || async { stats.snapshot().purge_held >= 2 }).await;
     shutdown.cancel();
     running.await.expect("purge task");
-    assert_eq!(kept(db).await, expected, "nothing is purged while the topic keeps messages for ever");
+    assert_eq!(kept(db).await, vec![recent], "nothing is purged while the topic keeps messages for ever");
     assert_eq!(stats.snapshot().purged_sagas, 0);
 }
 both_engines!(purge_follows_the_order_topics_retention, purge_keeps_what_the_topic_can_hand_out);
 
 /// A broker that does not answer the topic's settings (the embedded one has no DescribeConfigs)
-/// leaves `purge.after_hours` in force: the purge goes on, and counts the failed reads.
-async fn purge_without_a_reading_trusts_the_configured_horizon(db: &TestDb) {
+/// holds the purge until it does: a horizon shorter than the topic keeps would delete sagas
+/// whose messages can still be read. The failed reads are counted.
+async fn purge_without_a_reading_holds(db: &TestDb) {
     let cluster = rdkafka::mocking::MockCluster::new(1).expect("embedded Kafka");
     cluster.create_topic("orders", 1, 1).expect("topic");
-    let [old, younger, recent] = <[String; 3]>::try_from(finished_40_30_and_0_hours_ago(db).await).expect("three");
-    let (stats, shutdown, running) = purge_beside(db, Some((&cluster.bootstrap_servers(), "orders")), 3_600_000);
-    until("the old sagas to be purged", || async {
-        let left = kept(db).await;
-        !left.contains(&old) && !left.contains(&younger)
+    let mut all = finished_40_30_and_0_hours_ago(db).await;
+    all.sort();
+    let (stats, shutdown, running) = purge_beside(db, Some((&cluster.bootstrap_servers(), "orders")), 20);
+    until("two rounds held after failed reads", || async {
+        let snapshot = stats.snapshot();
+        snapshot.purge_held >= 2 && snapshot.purge_topic_unread >= 2
     })
     .await;
     shutdown.cancel();
     running.await.expect("purge task");
-    assert_eq!(kept(db).await, vec![recent]);
-    let snapshot = stats.snapshot();
-    assert_eq!((snapshot.purged_sagas, snapshot.purge_topic_unread, snapshot.purge_held), (2, 1, 0));
+    assert_eq!(kept(db).await, all, "nothing is purged before the topic is read");
+    assert_eq!(stats.snapshot().purged_sagas, 0);
 }
-both_engines!(
-    purge_keeps_its_horizon_when_the_topic_cannot_be_read,
-    purge_without_a_reading_trusts_the_configured_horizon
-);
+both_engines!(purge_holds_until_the_topic_is_read, purge_without_a_reading_holds);

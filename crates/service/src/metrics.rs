@@ -152,7 +152,7 @@ pub const PURGE_HORIZON: Spec = Spec {
     prometheus: "midflight_purge_horizon_seconds",
     kind: Kind::Gauge,
     attributes: &[],
-    help: "The recovery worker's purge horizon in force: purge.after_hours, or what the order topic keeps (retention.ms plus segment.ms, plus an hour) when that is longer; 0 when purging is off, or held because the topic keeps messages for ever.",
+    help: "The recovery worker's purge horizon in force: purge.after_hours, or what the order topic keeps (retention.ms plus segment.ms, plus an hour) when that is longer; 0 when purging is off, or held (the topic keeps messages for ever, or its settings have not been read yet).",
 };
 pub const PURGE_TOPIC_RETENTION: Spec = Spec {
     name: "midflight.purge.topic_retention",
