@@ -104,7 +104,7 @@ pub struct PurgeSection {
     /// topic's retention is read again once the last reading is this old.
     pub interval_ms: u64,
     /// Longest the purge waits for the broker's answer when it reads the order topic's
-    /// settings (with a `kafka` section).
+    /// settings (with a `kafka` section); less than `interval_ms`.
     pub topic_check_timeout_ms: u64,
 }
 
@@ -204,9 +204,6 @@ impl PurgeSection {
         }
         if self.interval_ms == 0 || self.topic_check_timeout_ms == 0 {
             problems.push(format!("{at}.interval_ms and topic_check_timeout_ms must be positive"));
-        } else if self.topic_check_timeout_ms > self.interval_ms {
-            // A broker that never answers would otherwise be asked again the moment it timed out.
-            problems.push(format!("{at}.topic_check_timeout_ms must be at most {at}.interval_ms"));
         }
         problems
     }
@@ -317,6 +314,10 @@ impl Config for RecoveryConfig {
         problems.extend(self.purge.problems("purge"));
         if let Some(kafka) = &self.kafka {
             problems.extend(kafka.problems("kafka"));
+            // A broker that never answers is asked once an interval, not for every batch.
+            if self.purge.after_hours > 0 && self.purge.topic_check_timeout_ms >= self.purge.interval_ms {
+                problems.push("purge.topic_check_timeout_ms must be less than purge.interval_ms".to_owned());
+            }
         }
         problems
     }
@@ -352,11 +353,12 @@ mod tests {
         config.reconcile.ledger_reread_entries = 200_000;
         config.rules.retry.attempts_max = 0;
         config.driver.lease_ms = 10;
-        config.purge.topic_check_timeout_ms = config.purge.interval_ms + 1;
+        config.purge.after_hours = 48;
+        config.purge.topic_check_timeout_ms = config.purge.interval_ms;
         config.kafka = Some(KafkaSection { order_topic: " ".to_owned(), ..KafkaSection::default() });
         let problems = config.problems();
         for needle in [
-            "topic_check_timeout_ms must be at most",
+            "topic_check_timeout_ms must be less than",
             "kafka.order_topic",
             "instance",
             "scan_interval_ms",

@@ -70,8 +70,6 @@ pub async fn run(config: RecoveryConfig, shutdown: CancellationToken) -> Result<
     let actor = format!("recovery:{owner}");
     let reconciler = Reconciler::new(store.clone(), downstreams, config.reconcile.clone(), actor);
     telemetry::observe(&worker.stats());
-    telemetry::purge_horizon(config.purge.horizon());
-    telemetry::purge_topic_retention(None);
     // Only a purge reads the order topic.
     let topic = match (&config.kafka, config.purge.horizon()) {
         (Some(kafka), Some(_)) => Some(retention::TopicReader::new(
@@ -80,6 +78,9 @@ pub async fn run(config: RecoveryConfig, shutdown: CancellationToken) -> Result<
         )?),
         _ => None,
     };
+    // With a reader, nothing may be purged before its first reading.
+    telemetry::purge_horizon(config.purge.horizon().filter(|_| topic.is_none()));
+    telemetry::purge_topic_retention(None);
     midflight_driver::telemetry::observe_store(&store);
     // The table is sampled only for someone who reads metrics: off by default, it costs no query.
     let metrics_on = config.telemetry.metrics_listen.is_some() || config.telemetry.otlp_endpoint.is_some();

@@ -18,7 +18,7 @@ use midflight_store::{Purged, Store};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::PurgeSection;
-use crate::retention::{Retention, TopicReader};
+use crate::retention::{Retention, RetentionError, TopicReader};
 use crate::telemetry;
 use crate::worker::{Stats, bounded};
 
@@ -135,11 +135,16 @@ impl Horizon {
         if let Some(reader) = &self.topic
             && self.tried_at.is_none_or(|at| at.elapsed() >= self.read_every)
         {
+            let read = reader.read().await;
+            // Counted from the answer: a broker that times out is not asked again at once.
             self.tried_at = Some(Instant::now());
-            match reader.read().await {
+            match read {
                 Ok(retention) => {
                     if self.failing.take().is_some() {
-                        tracing::info!(topic = reader.topic(), "the order topic's retention is read again");
+                        tracing::info!(
+                            topic = reader.topic(),
+                            "the order topic's retention is read after failed tries"
+                        );
                     }
                     self.retention = Some(retention);
                 }
@@ -151,12 +156,17 @@ impl Horizon {
                             Some(_) => "the last reading stays in force",
                             None => "nothing is purged until it is read",
                         };
+                        let hint = match error {
+                            RetentionError::Kafka(_) | RetentionError::Topic(_) => {
+                                " (check the topic's name and the client's DescribeConfigs permission on it)"
+                            }
+                            _ => "",
+                        };
                         tracing::warn!(
                             topic = reader.topic(),
                             error = %text,
                             last_reading = ?self.retention,
-                            "cannot read the order topic's retention (the client needs the DescribeConfigs permission \
-                             on the topic); {consequence}"
+                            "cannot read the order topic's retention{hint}; {consequence}"
                         );
                         self.failing = Some(text);
                     }

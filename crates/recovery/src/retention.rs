@@ -3,12 +3,12 @@
 //! message read again after its saga was purged (offsets reset to the earliest, a new group, a
 //! committed offset lost) would be processed again, with every external effect.
 //!
-//! With a `kafka` section, the purge reads the topic's `retention.ms`, `segment.ms` and
-//! `cleanup.policy` (DescribeConfigs) before it starts and again every `purge.interval_ms`, and
-//! purges past the longer of `purge.after_hours` and the topic's bound plus
-//! [`RETENTION_MARGIN`]; nothing while the topic keeps messages for ever. A broker that does
-//! not answer, or does not report those settings, leaves the last reading in force (none yet:
-//! `purge.after_hours` as configured) and a warning.
+//! With a `kafka` section, the purge reads the topic's `retention.ms`, `segment.ms`,
+//! `cleanup.policy` and timestamp limits (DescribeConfigs) before its first batch and again
+//! every `purge.interval_ms`, and purges past the longer of `purge.after_hours` and the
+//! topic's bound plus [`RETENTION_MARGIN`]: nothing until a first reading, nothing while the
+//! topic keeps messages for ever. A read that fails later leaves the last reading in force,
+//! with a warning.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -42,11 +42,12 @@ impl Retention {
     /// `segment.ms` must be there (a Kafka broker reports every setting, its defaults
     /// included); a `cleanup.policy` not reported at all is Kafka's default, `delete`, and one
     /// reported without a value, or with a word other than `delete` and `compact`, is an error.
-    /// With `message.timestamp.type` `CreateTime` (Kafka's default) a segment is deleted by its
-    /// newest message's own timestamp, which a producer may set ahead by up to
-    /// `message.timestamp.after.max.ms` (`message.timestamp.difference.max.ms` on brokers before
-    /// Kafka 3.6); a finite limit is added to the bound, an unbounded one (Kafka's default before
-    /// 4.0) leaves the producers' clocks to [`RETENTION_MARGIN`].
+    /// With `message.timestamp.type` `CreateTime` (Kafka's default; so too when not reported) a
+    /// segment is deleted by its newest message's own timestamp, which a producer may set ahead
+    /// by up to `message.timestamp.after.max.ms`, or, where that is not reported or unbounded
+    /// (before Kafka 3.6, and its default before 4.0, when the broker applies the older
+    /// setting), `message.timestamp.difference.max.ms`. A finite limit is added to the bound;
+    /// with both unbounded the producers' clocks are left to [`RETENTION_MARGIN`].
     pub fn from_entries<'a>(
         entries: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
     ) -> Result<Retention, RetentionError> {
@@ -83,17 +84,21 @@ impl Retention {
         };
         let log_append_time =
             matches!(entries.get("message.timestamp.type"), Some(Some(kind)) if kind.trim() == "LogAppendTime");
-        let ahead_name = if entries.contains_key("message.timestamp.after.max.ms") {
-            "message.timestamp.after.max.ms"
-        } else {
-            "message.timestamp.difference.max.ms"
+        let ahead_limit = |name: &'static str| match number(name) {
+            Err(RetentionError::NotReported(_)) => Ok(None),
+            Err(error) => Err(error),
+            Ok(-1) => Ok(None),
+            Ok(ms) => u64::try_from(ms)
+                .map(|ms| (ms <= FOR_EVER_MS).then_some(ms))
+                .map_err(|_| RetentionError::Unreadable { name, value: ms.to_string() }),
         };
-        let ahead = match number(ahead_name) {
-            _ if log_append_time => 0,
-            Err(RetentionError::NotReported(_)) => 0,
-            Err(error) => return Err(error),
-            Ok(ms) if ms < -1 => return Err(RetentionError::Unreadable { name: ahead_name, value: ms.to_string() }),
-            Ok(ms) => u64::try_from(ms).ok().filter(|ms| *ms <= FOR_EVER_MS).unwrap_or(0),
+        let ahead = if log_append_time {
+            0
+        } else {
+            match ahead_limit("message.timestamp.after.max.ms")? {
+                Some(ms) => ms,
+                None => ahead_limit("message.timestamp.difference.max.ms")?.unwrap_or(0),
+            }
         };
         Ok(Retention::Bounded(Duration::from_millis(retention + segment + ahead)))
     }
@@ -123,8 +128,9 @@ const FOR_EVER_MS: u64 = 876_000 * 3_600_000;
 fn limit(name: &'static str, ms: i64) -> Result<Option<u64>, RetentionError> {
     match ms {
         -1 => Ok(None),
-        ms if ms <= 0 => Err(RetentionError::Unreadable { name, value: ms.to_string() }),
-        ms => Ok(u64::try_from(ms).ok().filter(|ms| *ms <= FOR_EVER_MS)),
+        ms => u64::try_from(ms)
+            .map(|ms| (ms <= FOR_EVER_MS).then_some(ms))
+            .map_err(|_| RetentionError::Unreadable { name, value: ms.to_string() }),
     }
 }
 
@@ -137,7 +143,7 @@ pub enum RetentionError {
     Topic(RDKafkaErrorCode),
     #[error("the broker did not report the topic's {0}")]
     NotReported(&'static str),
-    #[error("the topic's {name} is {value:?}, not a number of milliseconds this check understands")]
+    #[error("the topic's {name} is {value:?}, which this check does not understand")]
     Unreadable { name: &'static str, value: String },
 }
 
@@ -202,6 +208,11 @@ mod tests {
     fn a_deleting_topic_keeps_a_message_for_retention_plus_a_segment() {
         let kafka_defaults = [("retention.ms", "604800000"), ("segment.ms", "604800000"), ("cleanup.policy", "delete")];
         assert_eq!(of(&kafka_defaults).expect("readable"), Retention::Bounded(14 * 24 * HOUR));
+        // retention.ms 0: deleted at the broker's next retention check.
+        assert_eq!(
+            of(&[("retention.ms", "0"), ("segment.ms", "1000")]).expect("readable"),
+            Retention::Bounded(Duration::from_secs(1))
+        );
         let no_policy = [("retention.ms", "3600000"), ("segment.ms", "600000")];
         assert_eq!(of(&no_policy).expect("readable"), Retention::Bounded(Duration::from_secs(4_200)));
         let both = [("retention.ms", "3600000"), ("segment.ms", "3600000"), ("cleanup.policy", "compact, delete")];
@@ -237,7 +248,13 @@ mod tests {
             with(&[("message.timestamp.difference.max.ms", "1800000")]),
             Retention::Bounded(2 * HOUR + HOUR / 2)
         );
-        // Newer brokers report both; the after limit is the one in force.
+        // Kafka 3.6 to 3.9 report both, the after limit unbounded by default: the older one applies.
+        let older_applies = [
+            ("message.timestamp.after.max.ms", "9223372036854775807"),
+            ("message.timestamp.difference.max.ms", "1800000"),
+        ];
+        assert_eq!(with(&older_applies), Retention::Bounded(2 * HOUR + HOUR / 2));
+        // A finite after limit is the one in force.
         let both = [("message.timestamp.after.max.ms", "0"), ("message.timestamp.difference.max.ms", "3600000")];
         assert_eq!(with(&both), Retention::Bounded(2 * HOUR));
         // Unbounded (Kafka's default before 4.0): the margin stands for the producers' clocks.
@@ -260,7 +277,7 @@ mod tests {
         let unset =
             Retention::from_entries([("retention.ms", None), ("segment.ms", Some("1"))]).expect_err("unreadable");
         assert!(matches!(unset, RetentionError::NotReported("retention.ms")), "{unset}");
-        for (retention, segment) in [("a week", "1000"), ("-2", "1000"), ("0", "1000"), ("1000", "0")] {
+        for (retention, segment) in [("a week", "1000"), ("-2", "1000"), ("1000", "-5")] {
             let error = of(&[("retention.ms", retention), ("segment.ms", segment)]).expect_err("unreadable");
             assert!(matches!(error, RetentionError::Unreadable { .. }), "{retention}/{segment}: {error}");
         }

@@ -65,8 +65,9 @@ pub struct Stats {
     pub purged_outbox: AtomicU64,
     pub purge_failures: AtomicU64,
     pub purge_rolled_back: AtomicU64,
-    /// Purge rounds that deleted nothing because the order topic keeps messages for ever, and
-    /// reads of the topic's retention that failed (the last reading stayed in force).
+    /// Purge rounds that deleted nothing because they may not (the order topic keeps messages
+    /// for ever, or has not been read yet), and reads of the topic's retention that failed (the
+    /// last reading, if any, stayed in force).
     pub purge_held: AtomicU64,
     pub purge_topic_unread: AtomicU64,
 }

@@ -152,14 +152,14 @@ pub const PURGE_HORIZON: Spec = Spec {
     prometheus: "midflight_purge_horizon_seconds",
     kind: Kind::Gauge,
     attributes: &[],
-    help: "The recovery worker's purge horizon in force: purge.after_hours, or what the order topic keeps (retention.ms plus segment.ms, plus an hour) when that is longer; 0 when purging is off, or held (the topic keeps messages for ever, or its settings have not been read yet).",
+    help: "The recovery worker's purge horizon in force: purge.after_hours, or what the order topic keeps (retention.ms plus segment.ms plus how far ahead a producer may date a message, plus an hour) when that is longer; 0 when purging is off, or held (the topic keeps messages for ever, or its settings have not been read yet).",
 };
 pub const PURGE_TOPIC_RETENTION: Spec = Spec {
     name: "midflight.purge.topic_retention",
     prometheus: "midflight_purge_topic_retention_seconds",
     kind: Kind::Gauge,
     attributes: &[],
-    help: "The longest the order topic keeps a message (retention.ms plus segment.ms), as the recovery worker's purge last read it; -1 when it keeps messages for ever (retention.ms -1, or compaction without deletion); 0 when not read (purging off, no kafka section, or no answer yet).",
+    help: "The longest the order topic keeps a message (retention.ms plus segment.ms plus how far ahead a producer may date a message), as the recovery worker's purge last read it; -1 when it keeps messages for ever (retention.ms or segment.ms -1, compaction without deletion, or no cleanup policy); 0 when not read (purging off, no kafka section, or no answer yet).",
 };
 pub const TICKETS_OPEN: Spec = Spec {
     name: "midflight.tickets.open",
