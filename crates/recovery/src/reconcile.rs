@@ -123,6 +123,8 @@ pub struct Report {
     /// How far behind the checkpoint the deepest late entry was, in sequence numbers: near
     /// `ledger_reread_entries`, entries later still may fall outside what is read again.
     pub late_depth_max: u64,
+    /// Of an incremental pass, the `ledger_reread_entries` it ran with (0 for a full pass).
+    pub reread_stretch: u64,
     /// Of an incremental pass, entries behind the checkpoint outside what the pass that set it
     /// kept of its stretch (a checkpoint from before migration 0009, a stretch too scattered
     /// to keep, or a longer `ledger_reread_entries` now), judged again.
@@ -300,6 +302,7 @@ impl Reconciler {
             new_entries: wms.entries + logistics.entries,
             late_entries: wms.late + logistics.late,
             late_depth_max: wms.late_depth_max.max(logistics.late_depth_max),
+            reread_stretch: self.section.ledger_reread_entries,
             reread_entries: wms.reread + logistics.reread,
             ..Report::default()
         };

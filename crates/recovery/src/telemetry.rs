@@ -124,6 +124,7 @@ pub(crate) fn reconciler_started() {
         }
     }
     instruments.reconciler_late_entries.add(0, &[]);
+    instruments.reconciler_late_depth.record(0.0, &[]);
 }
 
 /// Counts a finished reconciliation (`behind` when it stopped at its bound) and its findings by
@@ -134,9 +135,15 @@ pub(crate) fn reconciled(report: &Report) {
     let result = if report.behind { "behind" } else { "ok" };
     instruments.reconciler_runs.add(1, &[KeyValue::new("result", result)]);
     instruments.reconciler_late_entries.add(report.late_entries, &[]);
+    instruments.reconciler_late_depth.record(late_depth_ratio(report), &[]);
     for ((kind, ticket), count) in &report.by_kind_and_ticket {
         instruments.reconciler_findings.add(*count, &finding_labels(kind, ticket));
     }
+}
+
+/// The deepest late entry of a pass as a share of the stretch read again (0 when none).
+fn late_depth_ratio(report: &Report) -> f64 {
+    if report.reread_stretch == 0 { 0.0 } else { report.late_depth_max as f64 / report.reread_stretch as f64 }
 }
 
 fn finding_labels(kind: &'static str, ticket: &'static str) -> [KeyValue; 2] {
@@ -188,5 +195,15 @@ mod tests {
         assert!(names.contains(&"midflight_store_refused_total".to_owned()), "{names:?}");
         let store = midflight_driver::telemetry::store_metric_names().len();
         assert_eq!(names.len(), fields(&StatsSnapshot::default()).len() + store);
+    }
+
+    #[test]
+    fn the_deepest_late_entry_is_a_share_of_the_stretch() {
+        let pass = |late_depth_max, reread_stretch| Report { late_depth_max, reread_stretch, ..Report::default() };
+        assert_eq!(late_depth_ratio(&pass(0, 10_000)), 0.0);
+        assert_eq!(late_depth_ratio(&pass(5_000, 10_000)), 0.5);
+        assert_eq!(late_depth_ratio(&pass(10_000, 10_000)), 1.0);
+        // A full pass reads no stretch again.
+        assert_eq!(late_depth_ratio(&pass(0, 0)), 0.0);
     }
 }

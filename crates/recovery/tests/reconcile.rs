@@ -315,6 +315,9 @@ async fn late_ledger_entries_are_judged(db: &TestDb) {
     mocks.release_wms_entry(4).await;
     let deepest = reconciler(&section).run_incremental().await.expect("pass after it shows");
     assert_eq!((deepest.late_entries, deepest.late_depth_max, deepest.orphans), (1, 4, 2), "{deepest:#?}");
+    // The whole stretch deep: the share the metric exports is 1.
+    assert_eq!(deepest.reread_stretch, section.ledger_reread_entries);
+    assert_eq!(deepest.reread_stretch, 4);
 
     // One (entry 9) that shows five behind (10 to 14): not read again; a full pass finds it.
     lock(2).await;

@@ -189,6 +189,13 @@ pub const RECONCILER_LATE_ENTRIES: Spec = Spec {
     attributes: &[],
     help: "Ledger entries a periodic reconciliation met behind its checkpoint that were not there when the pass which set the checkpoint read that stretch (a downstream committed them after later ones); judged when met. Entries further than reconcile.ledger_reread_entries sequence numbers behind are not read again.",
 };
+pub const RECONCILER_LATE_DEPTH: Spec = Spec {
+    name: "midflight.reconciler.late_depth",
+    prometheus: "midflight_reconciler_late_depth_ratio",
+    kind: Kind::Gauge,
+    attributes: &[],
+    help: "How far behind its checkpoint the deepest late ledger entry of the last periodic reconciliation was, as a share of reconcile.ledger_reread_entries (0 when none, or after a full pass): at 1 an entry that late was the last one read again, and a later one goes unjudged until a full pass.",
+};
 pub const CONSUMER_LAG: Spec = Spec {
     name: "midflight.consumer.lag",
     prometheus: "midflight_consumer_lag",
@@ -205,7 +212,7 @@ pub const CONSUMER_TOPIC_PARTITIONS: Spec = Spec {
 };
 
 /// Every metric recorded through [`instruments`] or named by the services' own observers.
-pub const CATALOGUE: [Spec; 22] = [
+pub const CATALOGUE: [Spec; 23] = [
     SAGA_TRANSITIONS,
     SAGA_TAKEOVERS,
     SAGA_CAS_CONFLICTS,
@@ -226,6 +233,7 @@ pub const CATALOGUE: [Spec; 22] = [
     RECONCILER_FINDINGS,
     RECONCILER_RUNS,
     RECONCILER_LATE_ENTRIES,
+    RECONCILER_LATE_DEPTH,
     CONSUMER_LAG,
     CONSUMER_TOPIC_PARTITIONS,
 ];
@@ -253,6 +261,7 @@ pub struct Instruments {
     pub reconciler_findings: Counter<u64>,
     pub reconciler_runs: Counter<u64>,
     pub reconciler_late_entries: Counter<u64>,
+    pub reconciler_late_depth: Gauge<f64>,
 }
 
 /// The meter every midflight instrument belongs to (observers register on it too).
@@ -314,6 +323,11 @@ pub fn instruments() -> &'static Instruments {
             reconciler_findings: counter(RECONCILER_FINDINGS),
             reconciler_runs: counter(RECONCILER_RUNS),
             reconciler_late_entries: counter(RECONCILER_LATE_ENTRIES),
+            reconciler_late_depth: meter
+                .f64_gauge(RECONCILER_LATE_DEPTH.name)
+                .with_description(RECONCILER_LATE_DEPTH.help)
+                .with_unit("1")
+                .build(),
         }
     })
 }
