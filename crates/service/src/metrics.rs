@@ -190,7 +190,7 @@ pub const RECONCILER_LATE_ENTRIES: Spec = Spec {
     help: "Ledger entries a periodic reconciliation met behind its checkpoint that were not there when the pass which set the checkpoint read that stretch (a downstream committed them after later ones); judged when met. Entries further than reconcile.ledger_reread_entries sequence numbers behind are not read again.",
 };
 pub const RECONCILER_LATE_DEPTH: Spec = Spec {
-    name: "midflight.reconciler.late_depth",
+    name: "midflight.reconciler.late_depth_ratio",
     prometheus: "midflight_reconciler_late_depth_ratio",
     kind: Kind::Gauge,
     attributes: &[],
@@ -326,7 +326,6 @@ pub fn instruments() -> &'static Instruments {
             reconciler_late_depth: meter
                 .f64_gauge(RECONCILER_LATE_DEPTH.name)
                 .with_description(RECONCILER_LATE_DEPTH.help)
-                .with_unit("1")
                 .build(),
         }
     })
