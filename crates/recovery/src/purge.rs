@@ -101,10 +101,8 @@ struct Horizon {
     tried_at: Option<Instant>,
     /// What the last failed try said, so that a failure is logged when it starts or changes.
     failing: Option<String>,
-    /// The horizon and the reading last exported (`Some(None)`: nothing may be purged, or
-    /// nothing read).
+    /// The horizon last exported and logged (`Some(None)`: nothing may be purged).
     exported: Option<Option<Duration>>,
-    exported_retention: Option<Option<Retention>>,
 }
 
 impl Horizon {
@@ -116,16 +114,7 @@ impl Horizon {
                  after its saga is purged is processed again"
             );
         }
-        Horizon {
-            configured,
-            topic,
-            read_every,
-            retention: None,
-            tried_at: None,
-            failing: None,
-            exported: None,
-            exported_retention: None,
-        }
+        Horizon { configured, topic, read_every, retention: None, tried_at: None, failing: None, exported: None }
     }
 
     /// The horizon to purge past now, reading the topic again when the last try is old;
@@ -178,10 +167,7 @@ impl Horizon {
             (Some(_), None) => None,
             (Some(_), Some(retention)) => retention.horizon(self.configured),
         };
-        if self.exported_retention != Some(self.retention) {
-            self.exported_retention = Some(self.retention);
-            telemetry::purge_topic_retention(self.retention);
-        }
+        telemetry::purge_topic_retention(self.retention);
         if self.exported != Some(in_force) {
             self.exported = Some(in_force);
             self.announce(in_force);

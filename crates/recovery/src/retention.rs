@@ -87,10 +87,7 @@ impl Retention {
         let ahead_limit = |name: &'static str| match number(name) {
             Err(RetentionError::NotReported(_)) => Ok(None),
             Err(error) => Err(error),
-            Ok(-1) => Ok(None),
-            Ok(ms) => u64::try_from(ms)
-                .map(|ms| (ms <= FOR_EVER_MS).then_some(ms))
-                .map_err(|_| RetentionError::Unreadable { name, value: ms.to_string() }),
+            Ok(ms) => limit(name, ms),
         };
         let ahead = if log_append_time {
             0

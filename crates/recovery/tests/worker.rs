@@ -225,12 +225,7 @@ fn purge_beside(
     let section =
         PurgeSection { after_hours: 24, batch_rows: 500, pause_ms: 1, interval_ms, topic_check_timeout_ms: 500 };
     let reader = topic.map(|(bootstrap, topic)| {
-        let kafka = KafkaSection {
-            bootstrap_servers: bootstrap.to_owned(),
-            order_topic: topic.to_owned(),
-            ..KafkaSection::default()
-        };
-        TopicReader::new(&kafka, Duration::from_millis(section.topic_check_timeout_ms)).expect("admin client")
+        topic_reader(bootstrap, topic, Duration::from_millis(section.topic_check_timeout_ms))
     });
     let stats = Arc::new(midflight_recovery::Stats::default());
     let shutdown = CancellationToken::new();
@@ -242,6 +237,16 @@ fn purge_beside(
         shutdown.clone(),
     ));
     (stats, shutdown, running)
+}
+
+/// A reader of `topic` on the broker at `bootstrap`.
+fn topic_reader(bootstrap: &str, topic: &str, timeout: Duration) -> TopicReader {
+    let kafka = KafkaSection {
+        bootstrap_servers: bootstrap.to_owned(),
+        order_topic: topic.to_owned(),
+        ..KafkaSection::default()
+    };
+    TopicReader::new(&kafka, timeout).expect("admin client")
 }
 
 fn admin(bootstrap: &str) -> rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> {
@@ -291,12 +296,7 @@ async fn purge_keeps_what_the_topic_can_hand_out(db: &TestDb) {
     create_topic(&bootstrap, &for_ever, &[("retention.ms", "-1"), ("segment.ms", "3600000")]).await;
     create_topic(&bootstrap, &compacted, &[("cleanup.policy", "compact")]).await;
     let read = |topic: &str| {
-        let kafka = KafkaSection {
-            bootstrap_servers: bootstrap.clone(),
-            order_topic: topic.to_owned(),
-            ..KafkaSection::default()
-        };
-        let reader = TopicReader::new(&kafka, Duration::from_secs(5)).expect("admin client");
+        let reader = topic_reader(&bootstrap, topic, Duration::from_secs(5));
         async move { reader.read().await }
     };
     assert_eq!(read(&for_ever).await.expect("read"), Retention::Unbounded);
