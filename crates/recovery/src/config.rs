@@ -68,7 +68,8 @@ pub struct RecoverySection {
     /// still runs one on demand). A periodic pass reads what changed since the last one
     /// (`reconcile.incremental`), so a minute keeps each pass small: at the user's peak of
     /// 4,000 messages a second, about 240,000 entries of each ledger, well inside
-    /// `reconcile.ledger_entries_max`, and a finding reaches a person within minutes.
+    /// `reconcile.ledger_entries_max`, and a finding reaches a person within minutes. While it
+    /// is on, the purge deletes only the finished sagas a periodic pass has judged.
     pub reconcile_interval_ms: u64,
 }
 
@@ -85,8 +86,9 @@ pub struct RecoverySection {
 /// (`crate::retention`). Not covered: the same event produced again by the upstream later (its
 /// retention counts from then), and producers dating messages further ahead than the topic
 /// bounds and the hour allow. Sagas with an open ticket or an unpublished
-/// notification wait; the reconciler judges a purged saga's effects by its business row, which
-/// is kept. On MySQL a purge batch runs at READ COMMITTED, which needs the binlog, if on, in
+/// notification wait; with periodic reconciliation on (`recovery.reconcile_interval_ms`), so
+/// do sagas no periodic pass has judged yet (all of them until one has completed); the
+/// reconciler judges a purged saga's effects by its business row, which is kept. On MySQL a purge batch runs at READ COMMITTED, which needs the binlog, if on, in
 /// ROW or MIXED format (the defaults).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

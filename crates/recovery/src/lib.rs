@@ -87,7 +87,15 @@ pub async fn run(config: RecoveryConfig, shutdown: CancellationToken) -> Result<
     let sampler = metrics_on.then(|| tokio::spawn(telemetry::sample_periodically(store.clone(), shutdown.clone())));
     let periodic =
         tokio::spawn(reconcile_periodically(reconciler, config.recovery.reconcile_interval_ms, shutdown.clone()));
-    let purging = tokio::spawn(purge::purge_periodically(store.clone(), config.purge, topic, worker.stats(), shutdown));
+    let reconciled = config.recovery.reconcile_interval_ms > 0;
+    let purging = tokio::spawn(purge::purge_periodically(
+        store.clone(),
+        config.purge,
+        topic,
+        reconciled,
+        worker.stats(),
+        shutdown,
+    ));
     midflight_service::readiness().set_ready(true);
     let worker_stats = worker.run().await;
     // The reconciler stops at the same signal; a pass cut short only leaves tickets unopened.

@@ -9,6 +9,12 @@
 //! again once the last reading is `interval_ms` old. Nothing is purged until the topic has been
 //! read once, nor while it keeps messages for ever; a read that fails later leaves the last
 //! reading in force.
+//!
+//! With periodic reconciliation on, the purge also keeps every saga the reconciliation has not
+//! yet compared with the ledgers: those whose last lease ended at or after the `since_ms` of its
+//! checkpoint (a pass judges the sagas finished since its checkpoint's `since_ms`), and all of
+//! them while no pass has completed. A saga purged before it was judged would be judged by its
+//! business row only, which knows less (no voucher, no lease history).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -18,23 +24,32 @@ use midflight_store::{Purged, Store};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::PurgeSection;
+use crate::reconcile::CHECKPOINT;
 use crate::retention::{Retention, RetentionError, TopicReader};
 use crate::telemetry;
 use crate::worker::{Stats, bounded};
 
 /// Purges until `shutdown`; returns at once when purging is off. A batch cut off by shutdown
 /// is rolled back whole: its rows are deleted by a later one. `topic` reads the order topic's
-/// retention (none: `section.after_hours` is trusted as it is).
+/// retention (none: `section.after_hours` is trusted as it is); with `reconciled`, only sagas
+/// the periodic reconciliation has judged are purged.
 pub async fn purge_periodically(
     store: Store,
     section: PurgeSection,
     topic: Option<TopicReader>,
+    reconciled: bool,
     stats: Arc<Stats>,
     shutdown: CancellationToken,
 ) {
     let Some(configured) = section.horizon() else { return };
-    tracing::info!(after_hours = section.after_hours, "purging finished sagas past the horizon");
+    tracing::info!(after_hours = section.after_hours, reconciled, "purging finished sagas past the horizon");
+    if !reconciled {
+        tracing::warn!(
+            "periodic reconciliation is off (recovery.reconcile_interval_ms = 0): finished sagas are purged whether              or not a reconciliation compared them with the downstream ledgers"
+        );
+    }
     let mut horizon = Horizon::new(configured, topic, Duration::from_millis(section.interval_ms));
+    let mut judged = reconciled.then(Judged::default);
     // The first batch comes soon after start: a backlog is worked off from the start.
     let mut pause = Duration::from_millis(section.pause_ms);
     let mut round = Purged::default();
@@ -53,8 +68,29 @@ pub async fn purge_periodically(
             continue;
         };
         let older_than_ms = i64::try_from(in_force.as_millis()).unwrap_or(i64::MAX);
+        let judged_before_ms = match &mut judged {
+            None => None,
+            Some(judged) => match tokio::select! {
+                bound = judged.bound(&store, older_than_ms, &stats) => bound,
+                () = shutdown.cancelled() => return,
+            } {
+                Ok(Some(since_ms)) => Some(since_ms),
+                // No reconciliation has completed: nothing is judged yet.
+                Ok(None) => {
+                    pause = Duration::from_millis(section.interval_ms);
+                    continue;
+                }
+                Err(error) => {
+                    stats.purge_failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(%error, "cannot read where the reconciliation got to; purging at the next interval");
+                    pause = Duration::from_millis(section.interval_ms);
+                    continue;
+                }
+            },
+        };
+        let purge = store.purge_finished(older_than_ms, judged_before_ms, section.batch_rows);
         let batch = tokio::select! {
-            result = bounded("purge finished sagas", store.purge_finished(older_than_ms, section.batch_rows)) => result,
+            result = bounded("purge finished sagas", purge) => result,
             () = shutdown.cancelled() => return,
         };
         let full = match batch {
@@ -204,5 +240,52 @@ impl Horizon {
                 "purge horizon in force"
             ),
         }
+    }
+}
+
+/// Where the periodic reconciliation got to, as a bound on what the purge may delete.
+#[derive(Default)]
+struct Judged {
+    /// Whether the purge was last logged as waiting on the reconciliation.
+    waiting: bool,
+}
+
+impl Judged {
+    /// The bound to purge within: the `since_ms` of the reconciliation's checkpoint, `None`
+    /// while there is none (nothing judged yet). A round in which the bound keeps back sagas
+    /// past the horizon (`older_than_ms` ago) is counted and, when it starts to, logged.
+    async fn bound(
+        &mut self,
+        store: &Store,
+        older_than_ms: i64,
+        stats: &Stats,
+    ) -> Result<Option<i64>, midflight_store::Error> {
+        let checkpoint = bounded("read the reconciliation checkpoint", store.reconcile_checkpoint(CHECKPOINT)).await?;
+        let (bound, waiting) = match checkpoint {
+            None => (None, true),
+            Some(checkpoint) => {
+                let now_ms = bounded("read the database clock", store.now_ms()).await?;
+                (Some(checkpoint.since_ms), checkpoint.since_ms <= now_ms.saturating_sub(older_than_ms))
+            }
+        };
+        if waiting {
+            stats.purge_unreconciled.fetch_add(1, Ordering::Relaxed);
+        }
+        if waiting != self.waiting {
+            self.waiting = waiting;
+            match bound {
+                None => tracing::warn!(
+                    "no periodic reconciliation has completed yet: no finished saga is purged before one has \
+                     compared it with the downstream ledgers"
+                ),
+                Some(since_ms) if waiting => tracing::warn!(
+                    judged_before_ms = since_ms,
+                    "the reconciliation is further behind than the purge's horizon: finished sagas it has not \
+                     judged yet are kept (see the reconciler's errors)"
+                ),
+                Some(_) => tracing::info!("the reconciliation has judged the sagas past the purge's horizon again"),
+            }
+        }
+        Ok(bound)
     }
 }

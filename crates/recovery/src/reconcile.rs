@@ -210,10 +210,38 @@ impl Reconciler {
         Ok(self.full().await?.0)
     }
 
-    /// A periodic pass: [`Reconciler::run_incremental`], or [`Reconciler::run_once`] when
-    /// `reconcile.incremental` is off.
+    /// A periodic pass: [`Reconciler::run_incremental`], or a full one when
+    /// `reconcile.incremental` is off. Either moves the periodic passes' checkpoint, whose
+    /// `since_ms` tells the purge which finished sagas have been judged.
     pub async fn run_periodic(&self) -> Result<Report, Error> {
-        if self.section.incremental { self.run_incremental().await } else { self.run_once().await }
+        if self.section.incremental { self.run_incremental().await } else { self.run_full_periodic().await }
+    }
+
+    /// A full periodic pass: its reading becomes the checkpoint, as the first incremental
+    /// pass's does (so turning `reconcile.incremental` on later starts from it). A ledger read
+    /// to an end behind the checkpoint's (it lost entries) leaves that ledger's part as it was.
+    async fn run_full_periodic(&self) -> Result<Report, Error> {
+        let from = self.store.reconcile_checkpoint(CHECKPOINT).await?;
+        let (report, [(wms_seq, wms_window), (logistics_seq, logistics_window)]) = self.full().await?;
+        let mut to = Checkpoint {
+            wms_seq,
+            logistics_seq,
+            since_ms: report.started_at_ms - SINCE_MARGIN_MS,
+            wms_unseen: wms_window.map(|w| w.encode()),
+            logistics_unseen: logistics_window.map(|w| w.encode()),
+        };
+        if let Some(from) = &from {
+            if to.wms_seq < from.wms_seq {
+                (to.wms_seq, to.wms_unseen) = (from.wms_seq, from.wms_unseen.clone());
+            }
+            if to.logistics_seq < from.logistics_seq {
+                (to.logistics_seq, to.logistics_unseen) = (from.logistics_seq, from.logistics_unseen.clone());
+            }
+        }
+        if !self.store.advance_reconcile_checkpoint(CHECKPOINT, from.as_ref(), &to).await? {
+            tracing::info!("another pass moved the reconciliation checkpoint first; this one's findings stand");
+        }
+        Ok(report)
     }
 
     /// A full pass, and how far it read each ledger (WMS, logistics) with what it saw of the

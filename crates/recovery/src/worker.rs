@@ -70,6 +70,9 @@ pub struct Stats {
     /// last reading, if any, stayed in force).
     pub purge_held: AtomicU64,
     pub purge_topic_unread: AtomicU64,
+    /// Purge rounds that kept finished sagas past the horizon because no periodic
+    /// reconciliation had judged them yet (none has completed, or the last is that far behind).
+    pub purge_unreconciled: AtomicU64,
 }
 
 /// A copy of [`Stats`] at one moment.
@@ -92,6 +95,7 @@ pub struct StatsSnapshot {
     pub purge_rolled_back: u64,
     pub purge_held: u64,
     pub purge_topic_unread: u64,
+    pub purge_unreconciled: u64,
 }
 
 impl Stats {
@@ -115,6 +119,7 @@ impl Stats {
             purge_rolled_back: get(&self.purge_rolled_back),
             purge_held: get(&self.purge_held),
             purge_topic_unread: get(&self.purge_topic_unread),
+            purge_unreconciled: get(&self.purge_unreconciled),
         }
     }
 

@@ -13,10 +13,10 @@ use midflight_driver::Outcome;
 use midflight_model::{
     Call, LogisticsAnswer, Observation, OrderEvent, Saga, Source, Status, Step, WmsAnswer, request_id,
 };
-use midflight_recovery::{FindingKind, ReconcileSection, Reconciler, Report};
+use midflight_recovery::{FindingKind, PurgeSection, ReconcileSection, Reconciler, Report, Stats};
 use midflight_stack::{Faults, MockDownstreams, MockOptions};
 use midflight_store::testing::{TestDb, age, execute, until};
-use midflight_store::{Store, TicketState, WMS_LEDGER_STEP, both_engines};
+use midflight_store::{Checkpoint, Store, TicketState, WMS_LEDGER_STEP, both_engines};
 
 fn reconciler(store: &Store, client: Downstreams) -> Reconciler {
     // Small pages, so the paging of both the ledgers and the table is exercised.
@@ -429,7 +429,7 @@ async fn purged_sagas_effects_are_judged_by_their_business_rows(db: &TestDb) {
         age(&db.store, &saga.biz_id, saga.status, 72 * HOUR_MS).await;
     }
     execute(&db.store, "UPDATE outbox SET published_at_ms = 1").await;
-    let deleted = db.store.purge_finished(48 * HOUR_MS, 500).await.expect("purge");
+    let deleted = db.store.purge_finished(48 * HOUR_MS, None, 500).await.expect("purge");
     assert_eq!(deleted.sagas, 3, "{deleted:?}");
 
     // Kept: a saga the WMS turned down (no stock), rolled back with no shipment recorded; a
@@ -470,3 +470,74 @@ async fn purged_sagas_effects_are_judged_by_their_business_rows(db: &TestDb) {
     assert_eq!((report.orphans, report.owned_by_purged), (4, 1), "{report:#?}");
 }
 both_engines!(purged_sagas_are_judged_by_business_rows, purged_sagas_effects_are_judged_by_their_business_rows);
+
+/// With periodic reconciliation on, the purge keeps the finished sagas no pass has judged:
+/// every one before a pass has completed, then those whose last lease ended at or after the
+/// checkpoint's `since_ms` (what the next pass reads), past the horizon or not. A full periodic
+/// pass (`reconcile.incremental` off) moves the checkpoint as an incremental one does.
+async fn purge_waits_for_the_reconciliation(db: &TestDb) {
+    const HOUR_MS: i64 = 3_600_000;
+    let mocks = MockDownstreams::start(MockOptions::default()).await;
+    let client = mocks.client();
+    let mut sagas = Vec::new();
+    for (i, hours) in [40, 30, 0].into_iter().enumerate() {
+        let saga = drive_to_end(&db.store, &client, &format!("O-{hours}H"), "CN-ZJ", i as i64 + 1).await;
+        assert_eq!(saga.status, Status::Done);
+        if hours > 0 {
+            age(&db.store, &saga.biz_id, Status::Done, hours * HOUR_MS).await;
+        }
+        sagas.push(saga.biz_id);
+    }
+    let [old, younger, recent] = <[String; 3]>::try_from(sagas).expect("three");
+    execute(&db.store, "UPDATE outbox SET published_at_ms = 1").await;
+    let kept = || async {
+        let mut ids: Vec<String> =
+            db.store.page("", 10).await.expect("page").into_iter().map(|saga| saga.biz_id).collect();
+        ids.sort();
+        ids
+    };
+    let all = kept().await;
+    assert_eq!(all.len(), 3);
+
+    // A purge of 24 hours, a round every 20 ms, waiting for the reconciliation.
+    let section =
+        PurgeSection { after_hours: 24, batch_rows: 500, pause_ms: 1, interval_ms: 20, topic_check_timeout_ms: 10 };
+    let stats = std::sync::Arc::new(Stats::default());
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(midflight_recovery::purge::purge_periodically(
+        db.store.clone(),
+        section,
+        None,
+        true,
+        stats.clone(),
+        shutdown.clone(),
+    ));
+    until("two rounds without a pass", || async { stats.snapshot().purge_unreconciled >= 2 }).await;
+    assert_eq!(kept().await, all, "nothing is purged before a pass has judged it");
+
+    // A checkpoint whose pass began 35 hours ago judged the 40-hour saga, not the 30-hour one.
+    let now = db.store.now_ms().await.expect("clock");
+    let behind = Checkpoint { since_ms: now - 35 * HOUR_MS, ..Checkpoint::default() };
+    assert!(db.store.advance_reconcile_checkpoint("periodic", None, &behind).await.expect("checkpoint"));
+    until("the 40-hour saga to be purged", || async { !kept().await.contains(&old) }).await;
+    let waited = stats.snapshot().purge_unreconciled;
+    until("two more rounds held back", || async { stats.snapshot().purge_unreconciled >= waited + 2 }).await;
+    let mut expected = vec![younger.clone(), recent.clone()];
+    expected.sort();
+    assert_eq!(kept().await, expected, "the 30-hour saga is past the horizon but not judged yet");
+
+    // A full periodic pass judges everything and moves the checkpoint to its start.
+    let full = ReconcileSection { incremental: false, ..ReconcileSection::default() };
+    let pass = Reconciler::new(db.store.clone(), client, full, "test".into()).run_periodic().await.expect("pass");
+    assert!(!pass.incremental, "{pass:#?}");
+    assert_eq!((pass.findings_total(), pass.sagas_checked), (0, 2), "{pass:#?}");
+    let at = db.store.reconcile_checkpoint("periodic").await.expect("read").expect("written");
+    assert!(at.since_ms >= now - 120_000, "moved to the pass's start: {at:?}");
+    assert!(at.wms_seq >= 2 && at.logistics_seq >= 2, "the ledgers as the pass read them: {at:?}");
+    until("the 30-hour saga to be purged", || async { !kept().await.contains(&younger) }).await;
+    shutdown.cancel();
+    running.await.expect("purge task");
+    assert_eq!(kept().await, vec![recent], "the recent saga is within the horizon");
+    assert_eq!(stats.snapshot().purged_sagas, 2);
+}
+both_engines!(purge_keeps_what_no_pass_has_judged, purge_waits_for_the_reconciliation);

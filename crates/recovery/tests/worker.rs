@@ -216,7 +216,8 @@ async fn kept(db: &TestDb) -> Vec<String> {
     ids
 }
 
-/// A purge of 24 hours, reading `topic` on `bootstrap` (if any), run beside the test.
+/// A purge of 24 hours, reading `topic` on `bootstrap` (if any), run beside the test; it
+/// purges without waiting for a reconciliation.
 fn purge_beside(
     db: &TestDb,
     topic: Option<(&str, &str)>,
@@ -233,6 +234,7 @@ fn purge_beside(
         db.store.clone(),
         section,
         reader,
+        false,
         stats.clone(),
         shutdown.clone(),
     ));

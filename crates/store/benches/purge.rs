@@ -82,7 +82,7 @@ async fn bench(db: &TestDb, count: usize, batch: usize) -> String {
     let started = Instant::now();
     let (mut all, mut batches) = (Purged::default(), 0_u32);
     loop {
-        let purged = store.purge_finished(48 * HOUR_MS, batch as u64).await.expect("purge");
+        let purged = store.purge_finished(48 * HOUR_MS, None, batch as u64).await.expect("purge");
         all += purged;
         batches += 1;
         if purged.sagas < batch as u64 {
@@ -115,7 +115,7 @@ async fn beside_the_hot_path(db: &TestDb, count: usize, beside: bool) -> String 
         tokio::spawn(async move {
             let mut purged = 0;
             while !*stopped.borrow() {
-                let batch = store.purge_finished(48 * HOUR_MS, 500).await.expect("purge");
+                let batch = store.purge_finished(48 * HOUR_MS, None, 500).await.expect("purge");
                 purged += batch.sagas;
                 let pause = if batch.sagas == 500 { 50 } else { 60_000 };
                 tokio::select! {

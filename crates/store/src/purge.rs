@@ -39,16 +39,26 @@ impl std::ops::AddAssign for Purged {
     }
 }
 
-/// What makes the saga row `alias` purgeable, its one parameter the horizon in milliseconds:
-/// finished, last written before the horizon, no open ticket, no notification still to publish.
+/// What makes the saga row `alias` purgeable, its two parameters the horizon in milliseconds
+/// and the judged bound (see [`Store::purge_finished`]): finished, last written before the
+/// horizon, its last lease ended before the bound, no open ticket, no notification still to
+/// publish.
 fn purgeable(backend: sea_orm::DbBackend, alias: &str) -> String {
     format!(
-        "{alias}.status IN ({finished}) AND {alias}.updated_at_ms < {now} - ? \
+        "{alias}.status IN ({finished}) AND {alias}.updated_at_ms < {now} - ? AND {alias}.lease_until_ms < ? \
          AND NOT EXISTS (SELECT 1 FROM manual_ticket m WHERE m.biz_id = {alias}.biz_id AND m.state = 'OPEN') \
          AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.biz_id = {alias}.biz_id AND o.published_at_ms IS NULL)",
         finished = crate::lease::quoted(&Status::FINISHED),
         now = dialect::now_ms(backend)
     )
+}
+
+/// The bounds a purge deletes within: last written more than `older_than_ms` ago, last lease
+/// ended before `judged_before_ms` (`i64::MAX`: no bound).
+#[derive(Debug, Clone, Copy)]
+struct Cutoff {
+    older_than_ms: i64,
+    judged_before_ms: i64,
 }
 
 impl Store {
@@ -57,17 +67,28 @@ impl Store {
     /// Returns what it deleted; fewer sagas than `limit` means none older are left, or the
     /// batch was rolled back ([`Purged::rolled_back`]).
     ///
+    /// `judged_before_ms` (database time), when given, keeps every saga whose last lease
+    /// (`lease_until_ms`, its last write plus at most a lease) did not end before it: what a
+    /// reconciliation has not yet compared with the ledgers, since a pass judges the sagas by
+    /// that column (the `since_ms` of its checkpoint).
+    ///
     /// The candidates are found through `saga_recovery` (status, then `lease_until_ms`, which a
     /// finished row's last write set at most one lease after its `updated_at_ms`), so the
     /// search reads the old finished rows only, and a row goes at most one lease later than
     /// its horizon. See [`Store::purge_listed`] for the deletes.
-    pub async fn purge_finished(&self, older_than_ms: i64, limit: u64) -> Result<Purged, Error> {
+    pub async fn purge_finished(
+        &self,
+        older_than_ms: i64,
+        judged_before_ms: Option<i64>,
+        limit: u64,
+    ) -> Result<Purged, Error> {
         let limit = limit.clamp(1, BATCH_ROWS_MAX as u64);
+        let cutoff = Cutoff { older_than_ms, judged_before_ms: judged_before_ms.unwrap_or(i64::MAX) };
         let operation = "find finished sagas to purge";
         let statement = Statement::from_sql_and_values(
             self.backend,
             candidates_sql(self.backend),
-            [older_than_ms.into(), older_than_ms.into(), limit.into()],
+            [older_than_ms.into(), older_than_ms.into(), cutoff.judged_before_ms.into(), limit.into()],
         );
         let rows =
             self.patiently(operation, || self.db.query_all_raw(statement.clone())).await.during(operation, None)?;
@@ -76,7 +97,7 @@ impl Store {
             .map(|row| row.try_get::<String>("", "biz_id"))
             .collect::<Result<Vec<_>, _>>()
             .during(operation, None)?;
-        self.purge_listed(older_than_ms, ids).await
+        self.purge_listed(cutoff, ids).await
     }
 
     /// Deletes the sagas `ids` with their log and outbox rows if every one of them still
@@ -88,7 +109,7 @@ impl Store {
     /// and no gaps, so an insert of another saga or log row next to them (the consumer's inbox,
     /// a transition's log row) never waits on a purge, even one frozen mid-batch. The rows they
     /// delete are finished sagas, their log and published outbox rows, which nobody else writes.
-    async fn purge_listed(&self, older_than_ms: i64, mut ids: Vec<String>) -> Result<Purged, Error> {
+    async fn purge_listed(&self, cutoff: Cutoff, mut ids: Vec<String>) -> Result<Purged, Error> {
         // Primary-key order, so two purgers lock shared rows in the same order.
         ids.sort_unstable();
         ids.dedup();
@@ -99,7 +120,8 @@ impl Store {
         let ids = dialect::padded(ids);
         let isolation = (self.backend == sea_orm::DbBackend::MySql).then_some(IsolationLevel::ReadCommitted);
         let txn = self.begin_isolated("begin purge", None, isolation).await?;
-        let sagas = self.delete_listed(&txn, "saga", &purgeable(self.backend, "t"), Some(older_than_ms), &ids).await?;
+        let condition = [cutoff.older_than_ms.into(), cutoff.judged_before_ms.into()];
+        let sagas = self.delete_listed(&txn, "saga", &purgeable(self.backend, "t"), &condition, &ids).await?;
         if sagas < distinct {
             txn.rollback().await.during("roll back purge", None)?;
             tracing::debug!(listed = distinct, qualified = sagas, "purge batch rolled back: a listed saga changed");
@@ -107,8 +129,8 @@ impl Store {
         }
         let purged = Purged {
             sagas,
-            transitions: self.delete_listed(&txn, "saga_transition", "", None, &ids).await?,
-            outbox: self.delete_listed(&txn, "outbox", "", None, &ids).await?,
+            transitions: self.delete_listed(&txn, "saga_transition", "", &[], &ids).await?,
+            outbox: self.delete_listed(&txn, "outbox", "", &[], &ids).await?,
             rolled_back: 0,
         };
         txn.commit().await.during("commit purge", None)?;
@@ -117,18 +139,18 @@ impl Store {
     }
 
     /// Deletes the rows of `table` whose biz_id is in `ids` and that meet `condition` (on `t`,
-    /// with `first` as its one parameter); returns how many it deleted.
+    /// with `parameters` as its parameters); returns how many it deleted.
     async fn delete_listed(
         &self,
         txn: &DatabaseTransaction,
         table: &str,
         condition: &str,
-        first: Option<i64>,
+        parameters: &[Value],
         ids: &[String],
     ) -> Result<u64, Error> {
         let sql = delete_listed_sql(self.backend, table, condition, ids.len());
         let mut values: Vec<Value> = ids.iter().cloned().map(Value::from).collect();
-        values.extend(first.map(Value::from));
+        values.extend_from_slice(parameters);
         let result = txn
             .execute_raw(Statement::from_sql_and_values(self.backend, sql, values))
             .await
@@ -241,16 +263,27 @@ mod tests {
 
         // A list with one saga that does not qualify deletes nothing: too recent, unpublished,
         // a ticket open, not finished.
+        let unbounded = super::Cutoff { older_than_ms: 48 * HOUR_MS, judged_before_ms: i64::MAX };
         for other in [6, 4, 5, 9] {
             let listed = vec![ids[0].clone(), ids[other].clone()];
-            let purged = store.purge_listed(48 * HOUR_MS, listed).await.expect("purge");
+            let purged = store.purge_listed(unbounded, listed).await.expect("purge");
             assert_eq!(purged, Purged { rolled_back: 1, ..Purged::default() }, "{}", ids[other]);
         }
+        // Nor does one whose last lease ended at or after the judged bound.
+        let old = ids[..4].iter().map(|id| format!("'{id}'")).collect::<Vec<_>>().join(", ");
+        let lease_end = |which: &str| format!("SELECT {which}(lease_until_ms) FROM saga WHERE biz_id IN ({old})");
+        let (earliest, latest) = (count(store, &lease_end("MIN")).await, count(store, &lease_end("MAX")).await);
+        let judged = super::Cutoff { judged_before_ms: earliest, ..unbounded };
+        let purged = store.purge_listed(judged, vec![ids[1].clone()]).await.expect("purge");
+        assert_eq!(purged, Purged { rolled_back: 1, ..Purged::default() }, "judged bound");
         assert_eq!(count(store, "SELECT COUNT(*) FROM saga").await, 10, "nothing deleted");
+        // A reconciliation that has judged only sagas whose leases ended before the earliest of
+        // the old ones keeps them all.
+        assert_eq!(store.purge_finished(48 * HOUR_MS, Some(earliest), 500).await.expect("purge"), Purged::default());
 
-        let first = store.purge_finished(48 * HOUR_MS, 3).await.expect("purge");
-        let second = store.purge_finished(48 * HOUR_MS, 3).await.expect("purge");
-        let third = store.purge_finished(48 * HOUR_MS, 3).await.expect("purge");
+        let first = store.purge_finished(48 * HOUR_MS, Some(latest + 1), 3).await.expect("purge");
+        let second = store.purge_finished(48 * HOUR_MS, Some(latest + 1), 3).await.expect("purge");
+        let third = store.purge_finished(48 * HOUR_MS, None, 3).await.expect("purge");
         assert_eq!((first.sagas, second.sagas, third), (3, 1, Purged::default()), "three a batch, then the last");
         let mut all = first;
         all += second;
@@ -267,23 +300,23 @@ mod tests {
         assert_eq!(outbox, expected, "the kept sagas' outbox rows stay");
 
         // A horizon longer than every row's age deletes nothing.
-        assert_eq!(store.purge_finished(50 * HOUR_MS, 500).await.expect("purge"), Purged::default());
+        assert_eq!(store.purge_finished(50 * HOUR_MS, None, 500).await.expect("purge"), Purged::default());
 
-        let values = vec![Value::from(48 * HOUR_MS), Value::from(48 * HOUR_MS), Value::from(500_u64)];
+        let values =
+            vec![Value::from(48 * HOUR_MS), Value::from(48 * HOUR_MS), Value::from(i64::MAX), Value::from(500_u64)];
         let plan = plan_of(store, &super::candidates_sql(store.backend), values).await;
         assert!(plan.iter().any(|step| step.contains("saga_recovery")), "plan {plan:?} does not use saga_recovery");
         if store.backend == DbBackend::MySql {
             let saga_condition = super::purgeable(store.backend, "t");
-            for (table, condition, first) in [
-                ("saga", saga_condition.as_str(), Some(Value::from(48 * HOUR_MS))),
-                ("saga_transition", "", None),
-                ("outbox", "", None),
-            ] {
+            let bounds = [Value::from(48 * HOUR_MS), Value::from(i64::MAX)];
+            for (table, condition, parameters) in
+                [("saga", saga_condition.as_str(), &bounds[..]), ("saga_transition", "", &[]), ("outbox", "", &[])]
+            {
                 // A padded list of four, as a batch of three sends.
                 let listed = [&kept[0], &kept[1], &kept[2], &kept[2]];
                 let sql = super::delete_listed_sql(store.backend, table, condition, listed.len());
                 let mut values: Vec<Value> = listed.iter().map(|id| Value::from((*id).clone())).collect();
-                values.extend(first);
+                values.extend_from_slice(parameters);
                 let plan = mysql_plan(store, &sql, values).await;
                 let target = plan.iter().find(|(name, _, _)| name == "t").expect("a step for the table");
                 assert_eq!(target.1, "PRIMARY", "{table}: plan {plan:?}");
