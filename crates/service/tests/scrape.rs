@@ -8,6 +8,8 @@
 //! effect in the WMS ledger that no saga owns (a reconciler finding and an open ticket). The
 //! scrape must then agree with the database: transitions by from/to equal the transition log's
 //! rows, takeovers equal its takeover rows, rows per status and open tickets equal the table's.
+//! Last, a saga aged past the purge's horizon is purged through the service's own loop, once
+//! its periodic reconciliation has judged it.
 //!
 //! Metrics are process-wide, so the engines run one after the other in one test and every
 //! comparison is between a scrape before and a scrape after.
@@ -21,7 +23,7 @@ use midflight_config::{DatabaseSection, TelemetrySection};
 use midflight_consumer::{ConsumerConfig, Counters};
 use midflight_driver::{Downstream, DriverSettings};
 use midflight_model::{Call, Observation, OrderEvent, Saga, Source, Status};
-use midflight_recovery::RecoveryConfig;
+use midflight_recovery::{PurgeSection, RecoveryConfig};
 use midflight_service::metrics::{CATALOGUE, Kind};
 use midflight_stack::kafka::{EmbeddedKafka, Record};
 use midflight_stack::{MockDownstreams, MockOptions};
@@ -216,6 +218,8 @@ async fn run(db: &TestDb, endpoint: std::net::SocketAddr) {
     recovery.recovery.scan_interval_ms = 50;
     recovery.recovery.reconcile_interval_ms = 500;
     recovery.recovery.migrate_on_start = false;
+    // A purge of a day (no kafka section: trusted as set), a round every 100 ms.
+    recovery.purge = PurgeSection { after_hours: 24, pause_ms: 10, interval_ms: 100, ..PurgeSection::default() };
     let stop_recovery = CancellationToken::new();
     let recovery = tokio::spawn(midflight_recovery::run(recovery, stop_recovery.clone()));
 
@@ -392,6 +396,22 @@ async fn run(db: &TestDb, endpoint: std::net::SocketAddr) {
         scrape(endpoint).await.sum("midflight_sagas_unknown_status", &[]) == 1.0
     })
     .await;
+
+    // A saga last written two days ago is purged once a periodic pass has judged it (the
+    // passes' checkpoint is past it from the first one on), and the purge's gauges say what
+    // it purges by.
+    let aged = events.iter().map(OrderEvent::biz_id).find(|id| *id != finished).expect("another saga");
+    midflight_store::testing::age(&db.store, &aged, Status::Done, 48 * 3_600_000).await;
+    let purged = scrape_until(endpoint, "the two-day-old saga purged", |s| {
+        let purged = s.sum("midflight_recovery_purged_sagas_total", &[])
+            - before.sum("midflight_recovery_purged_sagas_total", &[]);
+        if purged >= 1.0 { Ok(()) } else { Err(format!("{purged} purged")) }
+    })
+    .await;
+    assert_eq!(db.store.get(&aged).await.expect("read saga"), None, "{aged} purged");
+    assert_eq!(purged.sum("midflight_purge_horizon_seconds", &[]), 86_400.0, "the horizon in force");
+    assert_eq!(purged.sum("midflight_purge_topic_retention_seconds", &[]), 0.0, "no topic read");
+    assert_eq!(purged.sum("midflight_reconciler_late_depth_ratio", &[]), 0.0, "no late ledger entry");
 
     assert_eq!(get(endpoint, "/readyz").await.0, 200, "consumer and recovery said they are ready");
     stop_recovery.cancel();
