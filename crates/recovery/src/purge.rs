@@ -45,7 +45,8 @@ pub async fn purge_periodically(
     tracing::info!(after_hours = section.after_hours, reconciled, "purging finished sagas past the horizon");
     if !reconciled {
         tracing::warn!(
-            "periodic reconciliation is off (recovery.reconcile_interval_ms = 0): finished sagas are purged whether              or not a reconciliation compared them with the downstream ledgers"
+            "periodic reconciliation is off (recovery.reconcile_interval_ms = 0): finished sagas are purged whether \
+             or not a reconciliation compared them with the downstream ledgers"
         );
     }
     let mut horizon = Horizon::new(configured, topic, Duration::from_millis(section.interval_ms));
@@ -53,6 +54,8 @@ pub async fn purge_periodically(
     // The first batch comes soon after start: a backlog is worked off from the start.
     let mut pause = Duration::from_millis(section.pause_ms);
     let mut round = Purged::default();
+    // Where the reconciliation got to, read once a round (full batches follow on it).
+    let mut round_bound: Option<i64> = None;
     loop {
         tokio::select! {
             () = tokio::time::sleep(pause) => {}
@@ -70,6 +73,7 @@ pub async fn purge_periodically(
         let older_than_ms = i64::try_from(in_force.as_millis()).unwrap_or(i64::MAX);
         let judged_before_ms = match &mut judged {
             None => None,
+            Some(_) if round_bound.is_some() => round_bound,
             Some(judged) => match tokio::select! {
                 bound = judged.bound(&store, older_than_ms, &stats) => bound,
                 () = shutdown.cancelled() => return,
@@ -109,9 +113,11 @@ pub async fn purge_periodically(
             }
         };
         if full {
+            round_bound = judged_before_ms;
             pause = Duration::from_millis(section.pause_ms);
             continue;
         }
+        round_bound = None;
         if round.sagas > 0 {
             tracing::info!(
                 sagas = round.sagas,
@@ -246,14 +252,27 @@ impl Horizon {
 /// Where the periodic reconciliation got to, as a bound on what the purge may delete.
 #[derive(Default)]
 struct Judged {
-    /// Whether the purge was last logged as waiting on the reconciliation.
-    waiting: bool,
+    /// What was last logged.
+    logged: Reconciled,
+}
+
+/// How the reconciliation's checkpoint stands against the purge's horizon.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Reconciled {
+    /// Past the horizon: the purge goes by the horizon alone.
+    #[default]
+    Ahead,
+    /// No periodic pass has completed yet: nothing is purged.
+    Never,
+    /// Older than the horizon: finished sagas past it that no pass has judged are kept.
+    Behind,
 }
 
 impl Judged {
-    /// The bound to purge within: the `since_ms` of the reconciliation's checkpoint, `None`
-    /// while there is none (nothing judged yet). A round in which the bound keeps back sagas
-    /// past the horizon (`older_than_ms` ago) is counted and, when it starts to, logged.
+    /// The bound to purge within for a round: the `since_ms` of the reconciliation's
+    /// checkpoint, `None` while there is none (nothing judged yet). A round in which it keeps
+    /// back sagas past the horizon (`older_than_ms` ago), or all of them, is counted; a change
+    /// of that is logged.
     async fn bound(
         &mut self,
         store: &Store,
@@ -261,29 +280,32 @@ impl Judged {
         stats: &Stats,
     ) -> Result<Option<i64>, midflight_store::Error> {
         let checkpoint = bounded("read the reconciliation checkpoint", store.reconcile_checkpoint(CHECKPOINT)).await?;
-        let (bound, waiting) = match checkpoint {
-            None => (None, true),
+        let (bound, now) = match checkpoint {
+            None => (None, Reconciled::Never),
             Some(checkpoint) => {
                 let now_ms = bounded("read the database clock", store.now_ms()).await?;
-                (Some(checkpoint.since_ms), checkpoint.since_ms <= now_ms.saturating_sub(older_than_ms))
+                let behind = checkpoint.since_ms <= now_ms.saturating_sub(older_than_ms);
+                (Some(checkpoint.since_ms), if behind { Reconciled::Behind } else { Reconciled::Ahead })
             }
         };
-        if waiting {
+        if now != Reconciled::Ahead {
             stats.purge_unreconciled.fetch_add(1, Ordering::Relaxed);
         }
-        if waiting != self.waiting {
-            self.waiting = waiting;
-            match bound {
-                None => tracing::warn!(
+        if now != self.logged {
+            self.logged = now;
+            match now {
+                Reconciled::Never => tracing::warn!(
                     "no periodic reconciliation has completed yet: no finished saga is purged before one has \
                      compared it with the downstream ledgers"
                 ),
-                Some(since_ms) if waiting => tracing::warn!(
-                    judged_before_ms = since_ms,
+                Reconciled::Behind => tracing::warn!(
+                    judged_before_ms = bound,
                     "the reconciliation is further behind than the purge's horizon: finished sagas it has not \
                      judged yet are kept (see the reconciler's errors)"
                 ),
-                Some(_) => tracing::info!("the reconciliation has judged the sagas past the purge's horizon again"),
+                Reconciled::Ahead => {
+                    tracing::info!("the reconciliation has judged the sagas past the purge's horizon");
+                }
             }
         }
         Ok(bound)

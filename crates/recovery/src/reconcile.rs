@@ -231,6 +231,9 @@ impl Reconciler {
             logistics_unseen: logistics_window.map(|w| w.encode()),
         };
         if let Some(from) = &from {
+            // Everything before the checkpoint's was judged already (an incremental pass that
+            // stopped behind may have set it past this pass's start).
+            to.since_ms = to.since_ms.max(from.since_ms);
             if to.wms_seq < from.wms_seq {
                 (to.wms_seq, to.wms_unseen) = (from.wms_seq, from.wms_unseen.clone());
             }
@@ -388,21 +391,24 @@ impl Reconciler {
 
     /// The first incremental pass: a full one, whose reading becomes the checkpoint. When the
     /// ledgers are past `ledger_entries_max` already, none can be read whole, and the
-    /// checkpoint starts at their current ends instead: what came before is not judged (a
-    /// warning says so), what comes after is.
+    /// checkpoint starts at their current ends instead, with no saga judged yet: the entries
+    /// recorded before are read only where a saga's request id names them (an orphan among
+    /// them is not found; a warning says so), and the sagas finished before are judged by the
+    /// next passes, a bounded share each, from the oldest on. Until then the purge keeps them.
     async fn run_first(&self) -> Result<Report, Error> {
         let started_at_ms = self.store.now_ms().await?;
-        let (report, windows) = match self.full().await {
-            Ok(done) => done,
+        let (report, windows, since_ms) = match self.full().await {
+            Ok((report, windows)) => (report, windows, started_at_ms - SINCE_MARGIN_MS),
             Err(Error::LedgerTooLarge { step, limit }) => {
                 tracing::warn!(
                     step,
                     limit,
                     "a ledger is past reconcile.ledger_entries_max, so it cannot be reconciled whole; \
-                     reconciling from the ledgers' current ends on, and not what they recorded before"
+                     reconciling from the ledgers' current ends on (an effect recorded before under a request id \
+                     no saga names is not found), and the sagas finished before step by step"
                 );
                 let windows = [self.ledger_end(Step::Wms).await?, self.ledger_end(Step::Logistics).await?];
-                (Report { started_at_ms, incremental: true, ..Report::default() }, windows)
+                (Report { started_at_ms, incremental: true, behind: true, ..Report::default() }, windows, 0)
             }
             Err(error) => return Err(error),
         };
@@ -410,7 +416,7 @@ impl Reconciler {
         let to = Checkpoint {
             wms_seq,
             logistics_seq,
-            since_ms: started_at_ms - SINCE_MARGIN_MS,
+            since_ms,
             wms_unseen: wms_window.map(|w| w.encode()),
             logistics_unseen: logistics_window.map(|w| w.encode()),
         };
@@ -549,7 +555,10 @@ impl Reconciler {
                 finished.views.extend(page.views);
                 finished.unreadable.extend(page.unreadable);
                 let Some(next) = page.next else { break };
-                if read >= max {
+                // Past the bound, a pass stops only once it has read beyond the rows at
+                // `since_ms` itself: the next one starts at the last row's time, so stopping
+                // among them would start it where this one started, for ever.
+                if read >= max && next.lease_until_ms > since_ms {
                     // The next pass starts at the last one read (rows sharing its time are
                     // judged twice).
                     let since = finished.next_since.map_or(next.lease_until_ms, |s| s.min(next.lease_until_ms));

@@ -349,26 +349,53 @@ async fn ledger_too_large_is_an_error(db: &TestDb) {
         age(&db.store, &saga.biz_id, saga.status, 3_600_000).await;
     }
 
+    execute(&db.store, "UPDATE outbox SET published_at_ms = 1").await;
+
     // The periodic passes start from the ledgers' current ends instead, and judge what comes
-    // after: here an orphan lock.
-    // Nothing read again behind the checkpoint: at most an eighth of ledger_entries_max.
-    let section = ReconcileSection {
+    // after (here an orphan lock) and the sagas finished before, a share a pass (here one: a
+    // table page of one row). Nothing read again behind the checkpoint: at most an eighth of
+    // ledger_entries_max.
+    let periodic_section = ReconcileSection {
         ledger_entries_max: 2,
         ledger_page_entries: 2,
         ledger_reread_entries: 0,
+        table_page_rows: 1,
         ..ReconcileSection::default()
     };
-    let periodic = Reconciler::new(db.store.clone(), client.clone(), section, "test".into());
+    let periodic = Reconciler::new(db.store.clone(), client.clone(), periodic_section.clone(), "test".into());
     let first = periodic.run_incremental().await.expect("starts from the ends");
-    assert!(first.incremental && first.findings_total() == 0, "{first:#?}");
+    assert!(first.incremental && first.behind && first.findings_total() == 0, "{first:#?}");
+    assert_eq!(first.sagas_checked, 0, "{first:#?}");
     let checkpoint = db.store.reconcile_checkpoint("periodic").await.expect("read").expect("written");
-    assert_eq!((checkpoint.wms_seq, checkpoint.logistics_seq), (3, 3));
+    assert_eq!((checkpoint.wms_seq, checkpoint.logistics_seq, checkpoint.since_ms), (3, 3, 0));
+    // The purge (here a horizon of half an hour) keeps every saga no pass has judged yet.
+    let purge = |since_ms| db.store.purge_finished(1_800_000, Some(since_ms), 500);
+    assert_eq!(purge(checkpoint.since_ms).await.expect("purge").sagas, 0, "nothing judged yet");
     let now = db.store.now_ms().await.expect("clock");
     let source = Source { topic: "orders".into(), partition: 0, offset: 99 };
     let ghost = Saga::received(&event("GHOST", "PAID", "CN-ZJ"), source.clone(), now, now + 60_000);
     assert_eq!(client.call(Call::LockStock, &ghost, Duration::from_secs(5)).await, Observation::Wms(WmsAnswer::Locked));
-    let next = periodic.run_incremental().await.expect("next pass");
-    assert_eq!((next.new_entries, next.orphans, next.behind), (1, 1, false), "{next:#?}");
+    // The ledgers' history is never folded whole again: a bound of four entries holds the
+    // passes below (a saga or two and the orphan each).
+    let section = ReconcileSection { ledger_entries_max: 4, ..periodic_section.clone() };
+    let periodic = Reconciler::new(db.store.clone(), client.clone(), section, "test".into());
+    let (mut passes, mut new_entries, mut opened, mut judged, mut purged) = (0, 0, 0, 0, 0);
+    loop {
+        let next = periodic.run_incremental().await.expect("next pass");
+        passes += 1;
+        (new_entries, opened, judged) =
+            (new_entries + next.new_entries, opened + next.tickets_opened, judged + next.sagas_checked);
+        assert_eq!(next.findings_total(), next.orphans, "the orphan, found again while open: {next:#?}");
+        // What the checkpoint lets the purge delete has been judged by a pass.
+        let at = db.store.reconcile_checkpoint("periodic").await.expect("read").expect("written");
+        purged += purge(at.since_ms).await.expect("purge").sagas;
+        assert!(purged <= judged, "{purged} purged, {judged} judged after pass {passes}: {at:?}");
+        if !next.behind {
+            break;
+        }
+        assert!(passes < 10, "{next:#?}");
+    }
+    assert_eq!((new_entries, opened, purged), (1, 1, 3), "the orphan once; the three old sagas judged and purged");
 
     // A backlog past a pass's bound (here two entries a ledger) is taken in steps: each pass
     // says it is behind, the next goes on from there, and every orphan is found once.
