@@ -67,6 +67,7 @@ pub async fn purge_periodically(
         };
         let Some(in_force) = in_force else {
             stats.purge_held.fetch_add(1, Ordering::Relaxed);
+            round_bound = None;
             pause = Duration::from_millis(section.interval_ms);
             continue;
         };

@@ -231,9 +231,6 @@ impl Reconciler {
             logistics_unseen: logistics_window.map(|w| w.encode()),
         };
         if let Some(from) = &from {
-            // Everything before the checkpoint's was judged already (an incremental pass that
-            // stopped behind may have set it past this pass's start).
-            to.since_ms = to.since_ms.max(from.since_ms);
             if to.wms_seq < from.wms_seq {
                 (to.wms_seq, to.wms_unseen) = (from.wms_seq, from.wms_unseen.clone());
             }
@@ -325,7 +322,15 @@ impl Reconciler {
             wms_ids.iter().filter(|id| !named[0].contains(*id)).cloned().collect(),
             logistics_ids.iter().filter(|id| !named[1].contains(*id)).cloned().collect(),
         ];
-        let behind = wms.behind || logistics.behind || finished.next_since.is_some();
+        // The next pass looks for finished sagas from where this one stopped, but never from
+        // past this pass's start less the margin: a finished row's lease end is up to a lease
+        // ahead of its last write, and a saga finishing after this pass with an earlier lease
+        // end (a shorter lease, an operator's resolve, a late commit) must still be read by the
+        // next one. A pass that stopped past that point has read all it can judge as settled:
+        // it is not behind, and the rest is read again at the next interval, as after any pass.
+        let settled_ms = started_at_ms - SINCE_MARGIN_MS;
+        let next_since = finished.next_since.filter(|next| *next < settled_ms);
+        let behind = wms.behind || logistics.behind || next_since.is_some();
         let report = Report {
             started_at_ms,
             incremental: true,
@@ -372,7 +377,7 @@ impl Reconciler {
         let [wms_others, logistics_others] = others;
         self.check_ids(&mut pass, Step::Wms, wms_others).await?;
         self.check_ids(&mut pass, Step::Logistics, logistics_others).await?;
-        let since_ms = finished.next_since.unwrap_or(started_at_ms - SINCE_MARGIN_MS);
+        let since_ms = next_since.unwrap_or(settled_ms);
         let to = Checkpoint {
             wms_seq: wms.last_seq,
             logistics_seq: logistics.last_seq,
@@ -555,9 +560,11 @@ impl Reconciler {
                 finished.views.extend(page.views);
                 finished.unreadable.extend(page.unreadable);
                 let Some(next) = page.next else { break };
-                // Past the bound, a pass stops only once it has read beyond the rows at
-                // `since_ms` itself: the next one starts at the last row's time, so stopping
-                // among them would start it where this one started, for ever.
+                // Past the bound, a pass stops only once it has read beyond the rows at the
+                // checkpoint's `since_ms` itself: the next one starts at the last row's time, so
+                // stopping among them would start it where this one started, for ever. (Such a
+                // run of one millisecond is read whole: more of them than a pass's share, as
+                // only a bulk update writes, fail the pass at `ledger_entries_max`.)
                 if read >= max && next.lease_until_ms > since_ms {
                     // The next pass starts at the last one read (rows sharing its time are
                     // judged twice).

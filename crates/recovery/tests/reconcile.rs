@@ -561,10 +561,61 @@ async fn purge_waits_for_the_reconciliation(db: &TestDb) {
     let at = db.store.reconcile_checkpoint("periodic").await.expect("read").expect("written");
     assert!(at.since_ms >= now - 120_000, "moved to the pass's start: {at:?}");
     assert!(at.wms_seq >= 2 && at.logistics_seq >= 2, "the ledgers as the pass read them: {at:?}");
-    until("the 30-hour saga to be purged", || async { !kept().await.contains(&younger) }).await;
+    // Counted once the batch has returned, a moment after its rows are gone.
+    until("the 30-hour saga to be purged", || async {
+        stats.snapshot().purged_sagas == 2 && !kept().await.contains(&younger)
+    })
+    .await;
     shutdown.cancel();
     running.await.expect("purge task");
     assert_eq!(kept().await, vec![recent], "the recent saga is within the horizon");
     assert_eq!(stats.snapshot().purged_sagas, 2);
 }
 both_engines!(purge_keeps_what_no_pass_has_judged, purge_waits_for_the_reconciliation);
+
+/// A periodic pass that reaches its bound among sagas finished a moment ago (whose lease ends
+/// lie ahead of the present) moves the checkpoint only to its start less the margin, and is not
+/// behind: a saga finishing after it with an earlier lease end (here as an operator's resolve
+/// writes it, the lease ended at once) is still read, and judged, by the next pass.
+async fn a_pass_near_the_present_keeps_its_margin(db: &TestDb) {
+    let mocks = MockDownstreams::start(MockOptions::default()).await;
+    let client = mocks.client();
+    for i in 0..3 {
+        drive_to_end(&db.store, &client, &format!("O-NOW-{i}"), "CN-ZJ", i + 1).await;
+    }
+    let saga = drive_to_end(&db.store, &client, "O-RESOLVED", "CN-ZJ", 9).await;
+    // Every ledger entry is read by the first pass.
+    let first = reconciler(&db.store, client.clone()).run_incremental().await.expect("first pass");
+    assert_eq!((first.findings_total(), first.behind), (0, false), "{first:#?}");
+
+    // A share of one saga a pass (an eighth of eight entries), a table page of one row.
+    let section = ReconcileSection {
+        ledger_entries_max: 8,
+        ledger_reread_entries: 0,
+        table_page_rows: 1,
+        ..ReconcileSection::default()
+    };
+    let small = Reconciler::new(db.store.clone(), client.clone(), section, "test".into());
+    let pass = small.run_incremental().await.expect("pass");
+    let at = db.store.reconcile_checkpoint("periodic").await.expect("read").expect("written");
+    assert_eq!(at.since_ms, pass.started_at_ms - 60_000, "{at:?} {pass:#?}");
+    assert!(!pass.behind && pass.sagas_checked >= 1, "{pass:#?}");
+
+    // Now the saga is set to ROLLED_BACK, its lease ended at once, with its lock and shipment
+    // still in force: the next pass finds the effects after rollback.
+    let now = db.store.now_ms().await.expect("clock");
+    let sql = format!(
+        "UPDATE saga SET status = 'ROLLED_BACK', updated_at_ms = {now}, lease_until_ms = {now} WHERE biz_id = '{}'",
+        saga.biz_id
+    );
+    assert_eq!(execute(&db.store, &sql).await, 1);
+    // Nothing read again behind the checkpoint: only the sagas finished since name the saga.
+    let section = ReconcileSection { ledger_reread_entries: 0, ..ReconcileSection::default() };
+    let next = Reconciler::new(db.store.clone(), client, section, "test".into()).run_incremental().await;
+    let next = next.expect("next pass");
+    let found: Vec<(FindingKind, Step, Option<&str>)> =
+        next.findings.iter().map(|f| (f.kind, f.step, f.biz_id.as_deref())).collect();
+    let after_rollback = |step| (FindingKind::EffectAfterRollback, step, Some(saga.biz_id.as_str()));
+    assert_eq!(found, [after_rollback(Step::Wms), after_rollback(Step::Logistics)], "{next:#?}");
+}
+both_engines!(a_pass_stopped_near_the_present_keeps_its_margin, a_pass_near_the_present_keeps_its_margin);
