@@ -88,8 +88,9 @@ pub struct RecoverySection {
 /// bounds and the hour allow. Sagas with an open ticket or an unpublished
 /// notification wait; with periodic reconciliation on (`recovery.reconcile_interval_ms`), so
 /// do sagas no periodic pass has judged yet (all of them until one has completed); the
-/// reconciler judges a purged saga's effects by its business row, which is kept. On MySQL a purge batch runs at READ COMMITTED, which needs the binlog, if on, in
-/// ROW or MIXED format (the defaults).
+/// reconciler judges a purged saga's effects by its business row, which is kept. On MySQL a
+/// purge batch runs at READ COMMITTED, which needs the binlog, if on, in ROW or MIXED format
+/// (the defaults).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PurgeSection {

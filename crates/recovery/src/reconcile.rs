@@ -88,6 +88,21 @@ const ORPHAN_KEY_PREFIX: &str = "orphan:";
 /// Request ids one ledger listing names (what the downstreams accept).
 const REQUEST_IDS_PER_CALL: usize = 500;
 
+/// The checkpoint of a reading of both ledgers to their ends (WMS, logistics: how far, and what
+/// was seen of the stretch behind), with the sagas finished before `since_ms` judged.
+fn read_whole(
+    [(wms_seq, wms_window), (logistics_seq, logistics_window)]: [(u64, Option<Window>); 2],
+    since_ms: i64,
+) -> Checkpoint {
+    Checkpoint {
+        wms_seq,
+        logistics_seq,
+        since_ms,
+        wms_unseen: wms_window.map(|w| w.encode()),
+        logistics_unseen: logistics_window.map(|w| w.encode()),
+    }
+}
+
 /// A mismatch found by a pass, and what became of its ticket.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
@@ -222,14 +237,8 @@ impl Reconciler {
     /// to an end behind the checkpoint's (it lost entries) leaves that ledger's part as it was.
     async fn run_full_periodic(&self) -> Result<Report, Error> {
         let from = self.store.reconcile_checkpoint(CHECKPOINT).await?;
-        let (report, [(wms_seq, wms_window), (logistics_seq, logistics_window)]) = self.full().await?;
-        let mut to = Checkpoint {
-            wms_seq,
-            logistics_seq,
-            since_ms: report.started_at_ms - SINCE_MARGIN_MS,
-            wms_unseen: wms_window.map(|w| w.encode()),
-            logistics_unseen: logistics_window.map(|w| w.encode()),
-        };
+        let (report, windows) = self.full().await?;
+        let mut to = read_whole(windows, report.started_at_ms - SINCE_MARGIN_MS);
         if let Some(from) = &from {
             if to.wms_seq < from.wms_seq {
                 (to.wms_seq, to.wms_unseen) = (from.wms_seq, from.wms_unseen.clone());
@@ -417,15 +426,7 @@ impl Reconciler {
             }
             Err(error) => return Err(error),
         };
-        let [(wms_seq, wms_window), (logistics_seq, logistics_window)] = windows;
-        let to = Checkpoint {
-            wms_seq,
-            logistics_seq,
-            since_ms,
-            wms_unseen: wms_window.map(|w| w.encode()),
-            logistics_unseen: logistics_window.map(|w| w.encode()),
-        };
-        self.store.advance_reconcile_checkpoint(CHECKPOINT, None, &to).await?;
+        self.store.advance_reconcile_checkpoint(CHECKPOINT, None, &read_whole(windows, since_ms)).await?;
         Ok(report)
     }
 

@@ -13,7 +13,7 @@ use midflight_driver::Outcome;
 use midflight_model::{
     Call, LogisticsAnswer, Observation, OrderEvent, Saga, Source, Status, Step, WmsAnswer, request_id,
 };
-use midflight_recovery::{FindingKind, PurgeSection, ReconcileSection, Reconciler, Report, Stats};
+use midflight_recovery::{FindingKind, ReconcileSection, Reconciler, Report};
 use midflight_stack::{Faults, MockDownstreams, MockOptions};
 use midflight_store::testing::{TestDb, age, execute, until};
 use midflight_store::{Checkpoint, Store, TicketState, WMS_LEDGER_STEP, both_engines};
@@ -517,41 +517,24 @@ async fn purge_waits_for_the_reconciliation(db: &TestDb) {
     }
     let [old, younger, recent] = <[String; 3]>::try_from(sagas).expect("three");
     execute(&db.store, "UPDATE outbox SET published_at_ms = 1").await;
-    let kept = || async {
-        let mut ids: Vec<String> =
-            db.store.page("", 10).await.expect("page").into_iter().map(|saga| saga.biz_id).collect();
-        ids.sort();
-        ids
-    };
-    let all = kept().await;
+    let all = kept(&db.store).await;
     assert_eq!(all.len(), 3);
 
     // A purge of 24 hours, a round every 20 ms, waiting for the reconciliation.
-    let section =
-        PurgeSection { after_hours: 24, batch_rows: 500, pause_ms: 1, interval_ms: 20, topic_check_timeout_ms: 10 };
-    let stats = std::sync::Arc::new(Stats::default());
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let running = tokio::spawn(midflight_recovery::purge::purge_periodically(
-        db.store.clone(),
-        section,
-        None,
-        true,
-        stats.clone(),
-        shutdown.clone(),
-    ));
+    let (stats, shutdown, running) = purge_beside(&db.store, None, true, 20);
     until("two rounds without a pass", || async { stats.snapshot().purge_unreconciled >= 2 }).await;
-    assert_eq!(kept().await, all, "nothing is purged before a pass has judged it");
+    assert_eq!(kept(&db.store).await, all, "nothing is purged before a pass has judged it");
 
     // A checkpoint whose pass began 35 hours ago judged the 40-hour saga, not the 30-hour one.
     let now = db.store.now_ms().await.expect("clock");
     let behind = Checkpoint { since_ms: now - 35 * HOUR_MS, ..Checkpoint::default() };
     assert!(db.store.advance_reconcile_checkpoint("periodic", None, &behind).await.expect("checkpoint"));
-    until("the 40-hour saga to be purged", || async { !kept().await.contains(&old) }).await;
+    until("the 40-hour saga to be purged", || async { !kept(&db.store).await.contains(&old) }).await;
     let waited = stats.snapshot().purge_unreconciled;
     until("two more rounds held back", || async { stats.snapshot().purge_unreconciled >= waited + 2 }).await;
     let mut expected = vec![younger.clone(), recent.clone()];
     expected.sort();
-    assert_eq!(kept().await, expected, "the 30-hour saga is past the horizon but not judged yet");
+    assert_eq!(kept(&db.store).await, expected, "the 30-hour saga is past the horizon but not judged yet");
 
     // A full periodic pass judges everything and moves the checkpoint to its start.
     let full = ReconcileSection { incremental: false, ..ReconcileSection::default() };
@@ -563,12 +546,12 @@ async fn purge_waits_for_the_reconciliation(db: &TestDb) {
     assert!(at.wms_seq >= 2 && at.logistics_seq >= 2, "the ledgers as the pass read them: {at:?}");
     // Counted once the batch has returned, a moment after its rows are gone.
     until("the 30-hour saga to be purged", || async {
-        stats.snapshot().purged_sagas == 2 && !kept().await.contains(&younger)
+        stats.snapshot().purged_sagas == 2 && !kept(&db.store).await.contains(&younger)
     })
     .await;
     shutdown.cancel();
     running.await.expect("purge task");
-    assert_eq!(kept().await, vec![recent], "the recent saga is within the horizon");
+    assert_eq!(kept(&db.store).await, vec![recent], "the recent saga is within the horizon");
     assert_eq!(stats.snapshot().purged_sagas, 2);
 }
 both_engines!(purge_keeps_what_no_pass_has_judged, purge_waits_for_the_reconciliation);

@@ -210,35 +210,15 @@ async fn finished_40_30_and_0_hours_ago(db: &TestDb) -> Vec<String> {
     ids
 }
 
-async fn kept(db: &TestDb) -> Vec<String> {
-    let mut ids: Vec<String> = db.store.page("", 10).await.expect("page").into_iter().map(|s| s.biz_id).collect();
-    ids.sort();
-    ids
-}
-
-/// A purge of 24 hours, reading `topic` on `bootstrap` (if any), run beside the test; it
-/// purges without waiting for a reconciliation.
-fn purge_beside(
+/// A purge of 24 hours reading `topic` on `bootstrap`, run beside the test; it purges without
+/// waiting for a reconciliation.
+fn purge_reading(
     db: &TestDb,
-    topic: Option<(&str, &str)>,
+    (bootstrap, topic): (&str, &str),
     interval_ms: u64,
 ) -> (Arc<midflight_recovery::Stats>, CancellationToken, tokio::task::JoinHandle<()>) {
-    let section =
-        PurgeSection { after_hours: 24, batch_rows: 500, pause_ms: 1, interval_ms, topic_check_timeout_ms: 500 };
-    let reader = topic.map(|(bootstrap, topic)| {
-        topic_reader(bootstrap, topic, Duration::from_millis(section.topic_check_timeout_ms))
-    });
-    let stats = Arc::new(midflight_recovery::Stats::default());
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn(midflight_recovery::purge::purge_periodically(
-        db.store.clone(),
-        section,
-        reader,
-        false,
-        stats.clone(),
-        shutdown.clone(),
-    ));
-    (stats, shutdown, running)
+    let reader = topic_reader(bootstrap, topic, PURGE_TOPIC_CHECK_TIMEOUT);
+    purge_beside(&db.store, Some(reader), false, interval_ms)
 }
 
 /// A reader of `topic` on the broker at `bootstrap`.
@@ -308,43 +288,43 @@ async fn purge_keeps_what_the_topic_can_hand_out(db: &TestDb) {
 
     let [old, younger, recent] = <[String; 3]>::try_from(finished_40_30_and_0_hours_ago(db).await).expect("three");
     // A round, with a reading, every 20 ms; the topic does not exist yet, so nothing is purged.
-    let (stats, shutdown, running) = purge_beside(db, Some((&bootstrap, &kept_37h)), 20);
+    let (stats, shutdown, running) = purge_reading(db, (&bootstrap, &kept_37h), 20);
     until("two rounds held", || async { stats.snapshot().purge_held >= 2 }).await;
-    assert_eq!(kept(db).await.len(), 3, "nothing is purged before the topic is read");
+    assert_eq!(kept(&db.store).await.len(), 3, "nothing is purged before the topic is read");
     create_topic(&bootstrap, &kept_37h, &kept_37h_configs).await;
     assert_eq!(read(&kept_37h).await.expect("read"), Retention::Bounded(Duration::from_secs(37 * 3_600)));
     // Counted once the batch has returned, a moment after its rows are gone.
     until("the 40-hour saga to be purged", || async {
-        stats.snapshot().purged_sagas == 1 && !kept(db).await.contains(&old)
+        stats.snapshot().purged_sagas == 1 && !kept(&db.store).await.contains(&old)
     })
     .await;
     let mut expected = vec![younger.clone(), recent.clone()];
     expected.sort();
-    assert_eq!(kept(db).await, expected, "the topic keeps messages 37 hours: the 30-hour saga stays");
+    assert_eq!(kept(&db.store).await, expected, "the topic keeps messages 37 hours: the 30-hour saga stays");
     let unread_before = stats.snapshot().purge_topic_unread;
     assert!(unread_before >= 2, "{:?}", stats.snapshot());
     // The topic goes away: its reads fail from now on, and the last reading stays in force
     // (two failed reads: the batch after the first has run).
     delete_topic(&bootstrap, &kept_37h).await;
     until("two failed reads", || async { stats.snapshot().purge_topic_unread >= unread_before + 2 }).await;
-    assert_eq!(kept(db).await, expected, "a failed read does not bring back the shorter horizon");
+    assert_eq!(kept(&db.store).await, expected, "a failed read does not bring back the shorter horizon");
     // Nor does it hold the purge: a saga of 45 hours goes, one of 30 stays.
     age(&db.store, &younger, Status::Done, 45 * HOUR_MS).await;
     age(&db.store, &recent, Status::Done, 30 * HOUR_MS).await;
     until("the 45-hour saga to be purged", || async {
-        stats.snapshot().purged_sagas == 2 && !kept(db).await.contains(&younger)
+        stats.snapshot().purged_sagas == 2 && !kept(&db.store).await.contains(&younger)
     })
     .await;
     shutdown.cancel();
     running.await.expect("purge task");
-    assert_eq!(kept(db).await, vec![recent.clone()], "the 30-hour saga stays");
+    assert_eq!(kept(&db.store).await, vec![recent.clone()], "the 30-hour saga stays");
     assert_eq!(stats.snapshot().purged_sagas, 2);
 
-    let (stats, shutdown, running) = purge_beside(db, Some((&bootstrap, &for_ever)), 20);
+    let (stats, shutdown, running) = purge_reading(db, (&bootstrap, &for_ever), 20);
     until("two purge rounds held", || async { stats.snapshot().purge_held >= 2 }).await;
     shutdown.cancel();
     running.await.expect("purge task");
-    assert_eq!(kept(db).await, vec![recent], "nothing is purged while the topic keeps messages for ever");
+    assert_eq!(kept(&db.store).await, vec![recent], "nothing is purged while the topic keeps messages for ever");
     assert_eq!(stats.snapshot().purged_sagas, 0);
 }
 both_engines!(purge_follows_the_order_topics_retention, purge_keeps_what_the_topic_can_hand_out);
@@ -357,7 +337,7 @@ async fn purge_without_a_reading_holds(db: &TestDb) {
     cluster.create_topic("orders", 1, 1).expect("topic");
     let mut all = finished_40_30_and_0_hours_ago(db).await;
     all.sort();
-    let (stats, shutdown, running) = purge_beside(db, Some((&cluster.bootstrap_servers(), "orders")), 20);
+    let (stats, shutdown, running) = purge_reading(db, (&cluster.bootstrap_servers(), "orders"), 20);
     until("two rounds held after failed reads", || async {
         let snapshot = stats.snapshot();
         snapshot.purge_held >= 2 && snapshot.purge_topic_unread >= 2
@@ -365,7 +345,7 @@ async fn purge_without_a_reading_holds(db: &TestDb) {
     .await;
     shutdown.cancel();
     running.await.expect("purge task");
-    assert_eq!(kept(db).await, all, "nothing is purged before the topic is read");
+    assert_eq!(kept(&db.store).await, all, "nothing is purged before the topic is read");
     assert_eq!(stats.snapshot().purged_sagas, 0);
 }
 both_engines!(purge_holds_until_the_topic_is_read, purge_without_a_reading_holds);

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use midflight_api::client::{Downstreams, LedgerEntry, LedgerKind};
 use midflight_driver::{Downstream, Driver, DriverSettings};
 use midflight_model::{OrderEvent, RetryPolicy, Rules, Saga, Source, Status, Step};
-use midflight_recovery::RecoverySection;
+use midflight_recovery::retention::TopicReader;
+use midflight_recovery::{PurgeSection, RecoverySection, Stats};
 use midflight_store::Store;
 use midflight_store::testing::order_event;
 use tokio_util::sync::CancellationToken;
@@ -174,4 +175,39 @@ pub async fn assert_finished_once(store: &Store, biz_id: &str) {
         vec![Received, DbWritten, WmsRequested, WmsConfirmed, LogisticsRequested, LogisticsConfirmed, Done],
         "{biz_id}: {log:#?}"
     );
+}
+
+/// How long [`purge_beside`]'s purge waits for the broker when it reads the order topic.
+pub const PURGE_TOPIC_CHECK_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// A purge of 24 hours, a round every `interval_ms`, run beside the test on `store`: reading
+/// the order topic through `reader` (if any), and purging only what the periodic
+/// reconciliation has judged when `reconciled`.
+pub fn purge_beside(
+    store: &Store,
+    reader: Option<TopicReader>,
+    reconciled: bool,
+    interval_ms: u64,
+) -> (std::sync::Arc<Stats>, CancellationToken, tokio::task::JoinHandle<()>) {
+    let timeout_ms = u64::try_from(PURGE_TOPIC_CHECK_TIMEOUT.as_millis()).expect("a short timeout");
+    let section =
+        PurgeSection { after_hours: 24, batch_rows: 500, pause_ms: 1, interval_ms, topic_check_timeout_ms: timeout_ms };
+    let stats = std::sync::Arc::new(Stats::default());
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(midflight_recovery::purge::purge_periodically(
+        store.clone(),
+        section,
+        reader,
+        reconciled,
+        stats.clone(),
+        shutdown.clone(),
+    ));
+    (stats, shutdown, running)
+}
+
+/// The biz_ids of the sagas in `store` (at most ten), sorted.
+pub async fn kept(store: &Store) -> Vec<String> {
+    let mut ids: Vec<String> = store.page("", 10).await.expect("page").into_iter().map(|s| s.biz_id).collect();
+    ids.sort();
+    ids
 }
