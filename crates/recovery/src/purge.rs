@@ -1,8 +1,10 @@
 //! Deleting finished sagas past the horizon of [`PurgeSection`], a batch (one transaction) at a
 //! time: full batches follow each other `pause_ms` apart until one comes back short, then the
-//! purge waits `interval_ms`. Several workers may purge at once, but they pick the same oldest
-//! candidates: when two take the same batch, one deletes it and the other's is rolled back
-//! (it deleted nothing) and waits `interval_ms`, so in effect one worker purges at a time.
+//! purge waits `interval_ms`. Several workers may purge at once: on MySQL each locks its batch
+//! among twice as many listed candidates, stepping over the rows another worker holds, so two
+//! workers delete different batches side by side ([`Store::purge_finished`]). On SQLite (one
+//! writer) they list the same oldest candidates: when two take the same batch, one deletes it
+//! and the other's is rolled back (it deleted nothing) and waits `interval_ms`.
 //!
 //! With a reader of the order topic ([`crate::retention`]), the horizon in force is the longer
 //! of `after_hours` and what the topic keeps plus an hour, read before the first batch and

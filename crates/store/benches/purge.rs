@@ -9,8 +9,10 @@
 //! purge running beside them at the recovery worker's defaults (batches of 500, 50 ms apart),
 //! twice each, alternating: what the purge costs the consumer.
 //!
-//! Knobs: `MIDFLIGHT_BENCH_ENGINE` (`sqlite` or `mysql`: that engine only) and
-//! `MIDFLIGHT_BENCH_BESIDE=0` (the first table only), for runs with a large N.
+//! Knobs: `MIDFLIGHT_BENCH_ENGINE` (`sqlite` or `mysql`: that engine only),
+//! `MIDFLIGHT_BENCH_BESIDE=0` (the first table only), for runs with a large N, and
+//! `MIDFLIGHT_BENCH_PURGERS` (default 1): purgers working through the first table at once, as
+//! several recovery workers do, each on its own pool; batches rolled back are counted.
 //!
 //! Not a test: it prints one table row per engine and run. Run:
 //! `MIDFLIGHT_TEST_MYSQL_URL=mysql://root@127.0.0.1:3306/test cargo bench -p midflight-store --bench purge`.
@@ -28,9 +30,12 @@ fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     let var = |name: &str, default: usize| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
     let (count, batch) = (var("MIDFLIGHT_BENCH_SAGAS", 20_000), var("MIDFLIGHT_BENCH_BATCH", 500));
+    let purgers = var("MIDFLIGHT_BENCH_PURGERS", 1).max(1);
     runtime.block_on(async {
-        println!("| engine | sagas | batch | log rows | sagas/s purged | rows/s deleted | ms a batch | load avg |");
-        println!("|---|---|---|---|---|---|---|---|");
+        println!(
+            "| engine | sagas | batch | purgers | log rows | sagas/s purged | rows/s deleted | ms a batch | batches rolled back | load avg |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|---|");
         let only = std::env::var("MIDFLIGHT_BENCH_ENGINE").ok();
         let engines: Vec<Engine> = [(Engine::Sqlite, "sqlite"), (Engine::MySql, "mysql")]
             .into_iter()
@@ -39,7 +44,7 @@ fn main() {
             .collect();
         for &engine in &engines {
             let Some(db) = TestDb::fresh(engine).await else { continue };
-            println!("{}", bench(&db, count, batch).await);
+            println!("{}", bench(&db, count, batch, purgers).await);
         }
         if std::env::var("MIDFLIGHT_BENCH_BESIDE").is_ok_and(|v| v == "0") {
             return;
@@ -76,30 +81,51 @@ async fn backlog(store: &Store, prefix: &str, count: usize) {
     }
 }
 
-async fn bench(db: &TestDb, count: usize, batch: usize) -> String {
+async fn bench(db: &TestDb, count: usize, batch: usize, purgers: usize) -> String {
     let store = connect(db).await;
     backlog(&store, "P", count).await;
+    // Each purger on a pool of its own, as each recovery worker has.
+    let mut stores = vec![store];
+    for _ in 1..purgers {
+        stores.push(connect(db).await);
+    }
     let started = Instant::now();
+    let tasks: Vec<_> = stores
+        .into_iter()
+        .map(|store| {
+            tokio::spawn(async move {
+                let (mut all, mut batches) = (Purged::default(), 0_u32);
+                loop {
+                    let purged = store.purge_finished(48 * HOUR_MS, None, batch as u64).await.expect("purge");
+                    all += purged;
+                    batches += 1;
+                    // A short batch that was not rolled back: nothing left that this purger may take.
+                    if purged.sagas < batch as u64 && purged.rolled_back == 0 {
+                        break;
+                    }
+                }
+                (all, batches)
+            })
+        })
+        .collect();
     let (mut all, mut batches) = (Purged::default(), 0_u32);
-    loop {
-        let purged = store.purge_finished(48 * HOUR_MS, None, batch as u64).await.expect("purge");
+    for task in tasks {
+        let (purged, n) = task.await.expect("purger");
         all += purged;
-        batches += 1;
-        if purged.sagas < batch as u64 {
-            break;
-        }
+        batches += n;
     }
     let seconds = started.elapsed().as_secs_f64();
     assert_eq!(all.sagas, count as u64, "every saga purged");
     let rows = all.sagas + all.transitions + all.outbox;
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     format!(
-        "| {} | {count} | {batch} | {} | {:.0} | {:.0} | {:.1} | {} |",
+        "| {} | {count} | {batch} | {purgers} | {} | {:.0} | {:.0} | {:.1} | {} | {} |",
         if db.engine == Engine::Sqlite { "sqlite" } else { "mariadb" },
         all.transitions,
         count as f64 / seconds,
         rows as f64 / seconds,
-        seconds * 1_000.0 / f64::from(batches),
+        seconds * 1_000.0 * purgers as f64 / f64::from(batches),
+        all.rolled_back,
         load.split_whitespace().next().unwrap_or("?"),
     )
 }

@@ -53,6 +53,10 @@ fn purgeable(backend: sea_orm::DbBackend, alias: &str) -> String {
     )
 }
 
+/// How many candidates a purge lists on MySQL for each saga of its batch, so that purgers running
+/// at once find a batch each among the same oldest sagas (two recovery workers, as deployed).
+const SEARCH_SPREAD: u64 = 2;
+
 /// The bounds a purge deletes within: last written more than `older_than_ms` ago, last lease
 /// ended before `judged_before_ms` (`i64::MAX`: no bound).
 #[derive(Debug, Clone, Copy)]
@@ -76,6 +80,13 @@ impl Store {
     /// finished row's last write set at most one lease after its `updated_at_ms`), so the
     /// search reads the old finished rows only, and a row goes at most one lease later than
     /// its horizon. See [`Store::purge_listed`] for the deletes.
+    ///
+    /// On MySQL the search lists twice `limit` sagas, and the batch's transaction then locks
+    /// up to `limit` of them by primary key, stepping over rows another transaction holds
+    /// ([`Store::lock_listed`]): purgers running at once (one in each recovery worker) take
+    /// different batches, where each used to list the same oldest sagas, all but one waiting on
+    /// the first one's locks and then rolling back. SQLite has one writer, so each purger
+    /// lists `limit` and deletes them.
     pub async fn purge_finished(
         &self,
         older_than_ms: i64,
@@ -83,12 +94,14 @@ impl Store {
         limit: u64,
     ) -> Result<Purged, Error> {
         let limit = limit.clamp(1, BATCH_ROWS_MAX as u64);
+        let mysql = self.backend == sea_orm::DbBackend::MySql;
+        let listed = if mysql { limit * SEARCH_SPREAD } else { limit };
         let cutoff = Cutoff { older_than_ms, judged_before_ms: judged_before_ms.unwrap_or(i64::MAX) };
         let operation = "find finished sagas to purge";
         let statement = Statement::from_sql_and_values(
             self.backend,
             candidates_sql(self.backend),
-            [older_than_ms.into(), older_than_ms.into(), cutoff.judged_before_ms.into(), limit.into()],
+            [older_than_ms.into(), older_than_ms.into(), cutoff.judged_before_ms.into(), listed.into()],
         );
         let rows =
             self.patiently(operation, || self.db.query_all_raw(statement.clone())).await.during(operation, None)?;
@@ -97,29 +110,95 @@ impl Store {
             .map(|row| row.try_get::<String>("", "biz_id"))
             .collect::<Result<Vec<_>, _>>()
             .during(operation, None)?;
-        self.purge_listed(cutoff, ids).await
+        if !mysql {
+            return self.purge_listed(cutoff, ids).await;
+        }
+        if ids.is_empty() {
+            return Ok(Purged::default());
+        }
+        let txn = self.begin_purge().await?;
+        let ids = match self.lock_listed(&txn, ids, limit).await {
+            Ok(ids) => ids,
+            Err(error) => {
+                // The lock's error is the one to report; a failed rollback only means the
+                // connection is gone, which ends the transaction too.
+                let _ = txn.rollback().await;
+                return Err(error);
+            }
+        };
+        self.delete_batch(txn, cutoff, ids).await
+    }
+
+    /// Locks up to `limit` of the saga rows `ids` in `txn`, stepping over rows another
+    /// transaction holds, and returns the ones it locked (MySQL only). The rows are read by
+    /// primary key, so nothing else is locked: a locking search through `saga_recovery` would
+    /// also lock the row after its range at READ COMMITTED (seen on MariaDB 10.11), which can be
+    /// a saga in flight, and rows it examined without listing.
+    async fn lock_listed(
+        &self,
+        txn: &DatabaseTransaction,
+        mut ids: Vec<String>,
+        limit: u64,
+    ) -> Result<Vec<String>, Error> {
+        // Padded to a power of two (a statement shape kept prepared) with the empty biz_id,
+        // which no saga has (each holds a ':'), so the padding neither matches a row nor counts toward the limit.
+        ids.resize(ids.len().next_power_of_two(), String::new());
+        let sql = format!(
+            "SELECT t.biz_id FROM ({}) AS k STRAIGHT_JOIN saga AS t FORCE INDEX (PRIMARY) ON t.biz_id = k.biz_id \
+             LIMIT ? FOR UPDATE SKIP LOCKED",
+            vec!["SELECT ? AS biz_id"; ids.len()].join(" UNION ALL ")
+        );
+        let mut values: Vec<Value> = ids.into_iter().map(Value::from).collect();
+        values.push(limit.into());
+        let operation = "lock finished sagas to purge";
+        let rows = txn
+            .query_all_raw(Statement::from_sql_and_values(self.backend, sql, values))
+            .await
+            .during(operation, None)?;
+        rows.iter()
+            .map(|row| row.try_get::<String>("", "biz_id"))
+            .collect::<Result<Vec<_>, _>>()
+            .during(operation, None)
     }
 
     /// Deletes the sagas `ids` with their log and outbox rows if every one of them still
     /// qualifies when it is deleted; otherwise rolls back, deleting nothing. So a saga's log
     /// goes only in the transaction that deleted the saga, never beside a row another purger
     /// deleted first and a redelivered message opened again.
-    ///
-    /// On MySQL the transaction runs at READ COMMITTED: its deletes lock the rows they delete
-    /// and no gaps, so an insert of another saga or log row next to them (the consumer's inbox,
-    /// a transition's log row) never waits on a purge, even one frozen mid-batch. The rows they
-    /// delete are finished sagas, their log and published outbox rows, which nobody else writes.
-    async fn purge_listed(&self, cutoff: Cutoff, mut ids: Vec<String>) -> Result<Purged, Error> {
+    async fn purge_listed(&self, cutoff: Cutoff, ids: Vec<String>) -> Result<Purged, Error> {
+        if ids.is_empty() {
+            return Ok(Purged::default());
+        }
+        let txn = self.begin_purge().await?;
+        self.delete_batch(txn, cutoff, ids).await
+    }
+
+    /// Begins a purge batch's transaction. On MySQL it runs at READ COMMITTED: its search and
+    /// deletes lock the rows they list and delete and no gaps, so an insert of another saga or
+    /// log row next to them (the consumer's inbox, a transition's log row) never waits on a
+    /// purge, even one frozen mid-batch. The rows it locks are finished sagas, their log and
+    /// published outbox rows, which nobody else writes.
+    async fn begin_purge(&self) -> Result<DatabaseTransaction, Error> {
+        let isolation = (self.backend == sea_orm::DbBackend::MySql).then_some(IsolationLevel::ReadCommitted);
+        self.begin_isolated("begin purge", None, isolation).await
+    }
+
+    /// The deletes of [`Store::purge_listed`] in `txn`, which they commit or roll back.
+    async fn delete_batch(
+        &self,
+        txn: DatabaseTransaction,
+        cutoff: Cutoff,
+        mut ids: Vec<String>,
+    ) -> Result<Purged, Error> {
         // Primary-key order, so two purgers lock shared rows in the same order.
         ids.sort_unstable();
         ids.dedup();
         if ids.is_empty() {
+            txn.rollback().await.during("end an empty purge", None)?;
             return Ok(Purged::default());
         }
         let distinct = ids.len() as u64;
         let ids = dialect::padded(ids);
-        let isolation = (self.backend == sea_orm::DbBackend::MySql).then_some(IsolationLevel::ReadCommitted);
-        let txn = self.begin_isolated("begin purge", None, isolation).await?;
         let condition = [cutoff.older_than_ms.into(), cutoff.judged_before_ms.into()];
         let sagas = self.delete_listed(&txn, "saga", &purgeable(self.backend, "t"), &condition, &ids).await?;
         if sagas < distinct {
@@ -192,7 +271,7 @@ fn candidates_sql(backend: sea_orm::DbBackend) -> String {
 #[cfg(all(test, feature = "testing"))]
 mod tests {
     use midflight_model::Status;
-    use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
+    use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait, Value};
 
     use super::Purged;
     use crate::testing::{TestDb, age, arrive_orders, drive_to_done, plan_of};
@@ -325,6 +404,103 @@ mod tests {
         }
     }
     crate::both_engines!(purge_keeps_what_it_must, purges_only_old_finished_sagas);
+
+    /// Purgers running at once take different sagas. On MySQL a purge steps over the sagas
+    /// another transaction holds (another purger's batch, here a transaction holding two of
+    /// them) and takes a full batch among the others without waiting; before, it listed the
+    /// held ones, waited on their locks and rolled back. A batch's lock holds the sagas it
+    /// listed and nothing else: not a saga in flight (after the finished ones in
+    /// `saga_recovery`), not a listed saga past its limit. On both engines, two purgers at once
+    /// delete every old saga exactly once, with its log and outbox rows, and keep the saga in
+    /// flight.
+    async fn purgers_take_different_sagas(db: &TestDb) {
+        let store = &db.store;
+        let mut names: Vec<String> = (0..10).map(|n| format!("OLD-{n}")).collect();
+        names.push("ACTIVE".into());
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let sagas = arrive_orders(store, &names).await;
+        let (old, active) = (&sagas[..10], &sagas[10].biz_id);
+        for saga in old {
+            drive_to_done(store, saga.clone(), "consumer:c1", 30_000).await;
+            age(store, &saga.biz_id, Status::RolledBack, 49 * HOUR_MS).await;
+        }
+        age(store, active, Status::WmsRequested, 0).await;
+        store.db.execute_unprepared("UPDATE outbox SET published_at_ms = 1").await.expect("publish");
+        let ids = |sagas: &[midflight_model::Saga]| sagas.iter().map(|saga| saga.biz_id.clone()).collect::<Vec<_>>();
+        let mut left = 10;
+        if store.backend == DbBackend::MySql {
+            let holder = store.db.begin_with_config(Some(sea_orm::IsolationLevel::ReadCommitted), None).await;
+            let holder = holder.expect("holder transaction");
+            let held = ids(&old[..2]);
+            assert_eq!(lock_each(&holder, &held).await, [true, true], "the holder's rows");
+            let purge = store.purge_finished(48 * HOUR_MS, None, 4);
+            let purged = tokio::time::timeout(std::time::Duration::from_secs(10), purge)
+                .await
+                .expect("the purge waits on no lock another batch holds")
+                .expect("purge");
+            assert_eq!((purged.sagas, purged.rolled_back), (4, 0), "a full batch beside the held rows: {purged:?}");
+            let kept: Vec<String> = store.page("", 100).await.expect("page").into_iter().map(|s| s.biz_id).collect();
+            assert!(held.iter().all(|id| kept.contains(id)), "the held sagas stay: {kept:?}");
+            holder.rollback().await.expect("the holder lets go");
+
+            let mut rest: Vec<String> = kept.into_iter().filter(|id| id != active).collect();
+            rest.sort();
+            assert_eq!(rest.len(), 6, "{rest:?}");
+            // A batch's lock takes at most its limit of the listed rows, then (a limit above
+            // the list) all of them, and never a row it did not list.
+            let mut listed = rest[1..5].to_vec();
+            listed.push("NO-SUCH-SAGA".into());
+            for limit in [3, 10] {
+                let batch = store.begin_purge().await.expect("batch transaction");
+                let locked = store.lock_listed(&batch, listed.clone(), limit).await.expect("lock");
+                assert_eq!(locked.len(), limit.min(4) as usize, "{locked:?}");
+                let mut probed = vec![active.clone(), rest[0].clone(), rest[5].clone()];
+                probed.extend(listed[..4].iter().filter(|id| !locked.contains(id)).cloned());
+                let free = probed.len();
+                probed.extend(locked.iter().cloned());
+                let probe = store.db.begin().await.expect("probe transaction");
+                let got = lock_each(&probe, &probed).await;
+                let expected: Vec<bool> = (0..probed.len()).map(|n| n < free).collect();
+                assert_eq!(got, expected, "the batch holds what it locked and nothing else ({probed:?})");
+                probe.rollback().await.expect("probe ends");
+                batch.rollback().await.expect("batch ends");
+            }
+            left = 6;
+        }
+        let old_log = format!("SELECT COUNT(*) FROM saga_transition WHERE biz_id <> '{active}'");
+        let transitions = count(store, &old_log).await;
+        let purger = |store: crate::Store| async move {
+            let mut all = Purged::default();
+            loop {
+                let batch = store.purge_finished(48 * HOUR_MS, None, 2).await.expect("purge");
+                all += batch;
+                if batch.sagas < 2 && batch.rolled_back == 0 {
+                    return all;
+                }
+            }
+        };
+        let (first, second) = tokio::join!(purger(store.clone()), purger(store.clone()));
+        let mut all = first;
+        all += second;
+        assert_eq!((all.sagas, all.transitions as i64, all.outbox), (left, transitions, left), "{all:?}");
+        let kept: Vec<String> = store.page("", 100).await.expect("page").into_iter().map(|s| s.biz_id).collect();
+        assert_eq!(kept, std::slice::from_ref(active), "the saga in flight stays");
+        assert_eq!(count(store, &old_log).await, 0, "the old sagas' log went");
+        assert_eq!(count(store, "SELECT COUNT(*) FROM outbox").await, 0, "their outbox rows went");
+    }
+
+    /// Tries to lock each saga row of `ids` by primary key in `txn` without waiting: whether
+    /// it got each.
+    async fn lock_each(txn: &sea_orm::DatabaseTransaction, ids: &[String]) -> Vec<bool> {
+        let mut got = Vec::new();
+        for id in ids {
+            let sql = "SELECT biz_id FROM saga FORCE INDEX (PRIMARY) WHERE biz_id = ? FOR UPDATE NOWAIT";
+            let statement = Statement::from_sql_and_values(DbBackend::MySql, sql, [Value::from(id.clone())]);
+            got.push(txn.query_one_raw(statement).await.is_ok());
+        }
+        got
+    }
+    crate::both_engines!(purgers_take_different_sagas_at_once, purgers_take_different_sagas);
 
     /// MySQL's plan of `sql`: (table, key, access type) of each step.
     async fn mysql_plan(store: &crate::Store, sql: &str, values: Vec<Value>) -> Vec<(String, String, String)> {
