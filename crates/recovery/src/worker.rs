@@ -59,7 +59,8 @@ pub struct Stats {
     pub stopped: AtomicU64,
     pub failed: AtomicU64,
     /// What the purge deleted (sagas, their log rows, their outbox rows), its failed batches,
-    /// and its batches rolled back because a listed saga changed (another purger took it).
+    /// and its batches rolled back because a listed saga changed (a ticket opened for it; on
+    /// SQLite also another purger taking it).
     pub purged_sagas: AtomicU64,
     pub purged_transitions: AtomicU64,
     pub purged_outbox: AtomicU64,

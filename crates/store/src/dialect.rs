@@ -73,7 +73,7 @@ pub fn padded<T: Clone>(mut values: Vec<T>) -> Vec<T> {
 }
 
 /// Prepared statements kept per connection. The store's statements have a bounded set of
-/// shapes (power-of-two row counts and list lengths), about 130 in all (the inbox's first read
+/// shapes (power-of-two row counts and list lengths), about 140 in all (the inbox's first read
 /// pads two lists, up to 45 pairs of lengths within a batch of 256); this keeps
 /// every one a connection uses prepared. The server's `max_prepared_stmt_count` (16,382 by
 /// default) bounds the total over all connections of all processes.

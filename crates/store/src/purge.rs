@@ -25,8 +25,9 @@ pub struct Purged {
     pub sagas: u64,
     pub transitions: u64,
     pub outbox: u64,
-    /// Batches rolled back because a listed saga no longer qualified when it was deleted
-    /// (another purger deleted it first, or a ticket was opened for it): nothing of them deleted.
+    /// Batches rolled back because a listed saga no longer qualified when it was deleted (a
+    /// ticket was opened for it, or its notification is to be published again; on SQLite also
+    /// another purger deleting it first): nothing of them deleted.
     pub rolled_back: u64,
 }
 
@@ -68,8 +69,8 @@ struct Cutoff {
 impl Store {
     /// Deletes up to `limit` (at most [`BATCH_ROWS_MAX`]) sagas finished more than
     /// `older_than_ms` ago, with their transition-log and outbox rows, in one transaction.
-    /// Returns what it deleted; fewer sagas than `limit` means none older are left, or the
-    /// batch was rolled back ([`Purged::rolled_back`]).
+    /// Returns what it deleted; fewer sagas than `limit` means none older are left, the batch
+    /// was rolled back ([`Purged::rolled_back`]), or (MySQL) other purgers hold the rest.
     ///
     /// `judged_before_ms` (database time), when given, keeps every saga whose last lease
     /// (`lease_until_ms`, its last write plus at most a lease) did not end before it: what a
@@ -85,8 +86,9 @@ impl Store {
     /// up to `limit` of them by primary key, stepping over rows another transaction holds
     /// ([`Store::lock_listed`]): purgers running at once (one in each recovery worker) take
     /// different batches, where each used to list the same oldest sagas, all but one waiting on
-    /// the first one's locks and then rolling back. SQLite has one writer, so each purger
-    /// lists `limit` and deletes them.
+    /// the first one's locks and then rolling back. A purger whose listed rows another took
+    /// between its search and its lock comes back short and waits for its next round.
+    /// SQLite has one writer, so each purger lists `limit` and deletes them.
     pub async fn purge_finished(
         &self,
         older_than_ms: i64,
@@ -117,7 +119,8 @@ impl Store {
             return Ok(Purged::default());
         }
         let txn = self.begin_purge().await?;
-        let ids = match self.lock_listed(&txn, ids, limit).await {
+        let listed = ids.len();
+        let ids = match self.lock_listed(&txn, cutoff, ids, limit).await {
             Ok(ids) => ids,
             Err(error) => {
                 // The lock's error is the one to report; a failed rollback only means the
@@ -126,35 +129,41 @@ impl Store {
                 return Err(error);
             }
         };
+        tracing::debug!(listed, locked = ids.len(), "purge batch locked");
         self.delete_batch(txn, cutoff, ids).await
     }
 
-    /// Locks up to `limit` of the saga rows `ids` in `txn`, stepping over rows another
-    /// transaction holds, and returns the ones it locked (MySQL only). The rows are read by
-    /// primary key, so nothing else is locked: a locking search through `saga_recovery` would
-    /// also lock the row after its range at READ COMMITTED (seen on MariaDB 10.11), which can be
-    /// a saga in flight, and rows it examined without listing.
+    /// Locks up to `limit` of the saga rows `ids` in `txn` that are still finished and past the
+    /// cutoff, stepping over rows another transaction holds, and returns the ones it locked
+    /// (MySQL only). The rows are read by primary key, and one that no longer matches (a saga
+    /// opened again under a purged one's id) is not kept locked, so nothing else is: a locking
+    /// search through `saga_recovery` would also lock the row after its range at READ
+    /// COMMITTED (seen on MariaDB 10.11), which can be a saga in flight, and rows it examined
+    /// without listing. The open-ticket and outbox conditions are left to the delete's check.
     async fn lock_listed(
         &self,
         txn: &DatabaseTransaction,
+        cutoff: Cutoff,
         mut ids: Vec<String>,
         limit: u64,
     ) -> Result<Vec<String>, Error> {
         // Padded to a power of two (a statement shape kept prepared) with the empty biz_id,
-        // which no saga has (each holds a ':'), so the padding neither matches a row nor counts toward the limit.
+        // which no saga has (each holds a ':'), so the padding matches no row.
         ids.resize(ids.len().next_power_of_two(), String::new());
-        let sql = format!(
-            "SELECT t.biz_id FROM ({}) AS k STRAIGHT_JOIN saga AS t FORCE INDEX (PRIMARY) ON t.biz_id = k.biz_id \
-             LIMIT ? FOR UPDATE SKIP LOCKED",
-            vec!["SELECT ? AS biz_id"; ids.len()].join(" UNION ALL ")
-        );
+        let sql = lock_listed_sql(ids.len());
         let mut values: Vec<Value> = ids.into_iter().map(Value::from).collect();
-        values.push(limit.into());
+        values.extend([cutoff.older_than_ms.into(), cutoff.judged_before_ms.into(), limit.into()]);
         let operation = "lock finished sagas to purge";
-        let rows = txn
-            .query_all_raw(Statement::from_sql_and_values(self.backend, sql, values))
-            .await
-            .during(operation, None)?;
+        let rows = match txn.query_all_raw(Statement::from_sql_and_values(self.backend, sql, values)).await {
+            Ok(rows) => rows,
+            Err(source) if parse_error(&source) => {
+                return Err(Error::Invalid(format!(
+                    "purging needs SELECT ... FOR UPDATE SKIP LOCKED (MySQL 8.0.1 or later, MariaDB 10.6 \
+                     or later), which this server rejected: {source}"
+                )));
+            }
+            Err(source) => return Err(source).during(operation, None),
+        };
         rows.iter()
             .map(|row| row.try_get::<String>("", "biz_id"))
             .collect::<Result<Vec<_>, _>>()
@@ -173,8 +182,8 @@ impl Store {
         self.delete_batch(txn, cutoff, ids).await
     }
 
-    /// Begins a purge batch's transaction. On MySQL it runs at READ COMMITTED: its search and
-    /// deletes lock the rows they list and delete and no gaps, so an insert of another saga or
+    /// Begins a purge batch's transaction. On MySQL it runs at READ COMMITTED: its lock and
+    /// deletes lock the rows they return and delete and no gaps, so an insert of another saga or
     /// log row next to them (the consumer's inbox, a transition's log row) never waits on a
     /// purge, even one frozen mid-batch. The rows it locks are finished sagas, their log and
     /// published outbox rows, which nobody else writes.
@@ -257,6 +266,30 @@ fn delete_listed_sql(backend: sea_orm::DbBackend, table: &str, condition: &str, 
         ),
         _ => format!("DELETE FROM {table} AS t WHERE t.biz_id IN ({}){}", dialect::placeholders(n), and("AND")),
     }
+}
+
+/// The lock of [`Store::lock_listed`] (MySQL): `n` listed ids, then the horizon, the judged
+/// bound and the limit. The list is joined to the primary key, as the deletes are.
+fn lock_listed_sql(n: usize) -> String {
+    format!(
+        "SELECT t.biz_id FROM ({}) AS k STRAIGHT_JOIN saga AS t FORCE INDEX (PRIMARY) ON t.biz_id = k.biz_id \
+         WHERE t.status IN ({}) AND t.updated_at_ms < {} - ? AND t.lease_until_ms < ? LIMIT ? FOR UPDATE SKIP LOCKED",
+        vec!["SELECT ? AS biz_id"; n].join(" UNION ALL "),
+        crate::lease::quoted(&Status::FINISHED),
+        dialect::now_ms(sea_orm::DbBackend::MySql)
+    )
+}
+
+/// Whether MySQL refused a statement as one it cannot parse (error 1064), as a server older
+/// than MySQL 8.0.1 or MariaDB 10.6 refuses `SKIP LOCKED`.
+fn parse_error(error: &sea_orm::DbErr) -> bool {
+    let (sea_orm::DbErr::Exec(sea_orm::RuntimeErr::SqlxError(error))
+    | sea_orm::DbErr::Query(sea_orm::RuntimeErr::SqlxError(error))) = error
+    else {
+        return false;
+    };
+    let sea_orm::sqlx::Error::Database(error) = error.as_ref() else { return false };
+    error.try_downcast_ref::<sea_orm::sqlx::mysql::MySqlDatabaseError>().is_some_and(|mysql| mysql.number() == 1064)
 }
 
 fn candidates_sql(backend: sea_orm::DbBackend) -> String {
@@ -401,6 +434,12 @@ mod tests {
                 assert_eq!(target.1, "PRIMARY", "{table}: plan {plan:?}");
                 assert!(matches!(target.2.as_str(), "eq_ref" | "ref"), "{table}: plan {plan:?}");
             }
+            // The batch's lock reads the listed rows by primary key too.
+            let mut values: Vec<Value> = kept[..4].iter().map(|id| Value::from(id.clone())).collect();
+            values.extend([Value::from(48 * HOUR_MS), Value::from(i64::MAX), Value::from(4_u64)]);
+            let plan = mysql_plan(store, &super::lock_listed_sql(4), values).await;
+            let target = plan.iter().find(|(name, _, _)| name == "t").expect("a step for the saga table");
+            assert_eq!((target.1.as_str(), target.2.as_str()), ("PRIMARY", "eq_ref"), "lock: plan {plan:?}");
         }
     }
     crate::both_engines!(purge_keeps_what_it_must, purges_only_old_finished_sagas);
@@ -447,12 +486,13 @@ mod tests {
             rest.sort();
             assert_eq!(rest.len(), 6, "{rest:?}");
             // A batch's lock takes at most its limit of the listed rows, then (a limit above
-            // the list) all of them, and never a row it did not list.
+            // the list) all of them, never a row it did not list, nor a listed saga in flight.
             let mut listed = rest[1..5].to_vec();
-            listed.push("NO-SUCH-SAGA".into());
+            listed.extend(["NO-SUCH-SAGA".to_owned(), active.clone()]);
             for limit in [3, 10] {
                 let batch = store.begin_purge().await.expect("batch transaction");
-                let locked = store.lock_listed(&batch, listed.clone(), limit).await.expect("lock");
+                let unbounded = super::Cutoff { older_than_ms: 48 * HOUR_MS, judged_before_ms: i64::MAX };
+                let locked = store.lock_listed(&batch, unbounded, listed.clone(), limit).await.expect("lock");
                 assert_eq!(locked.len(), limit.min(4) as usize, "{locked:?}");
                 let mut probed = vec![active.clone(), rest[0].clone(), rest[5].clone()];
                 probed.extend(listed[..4].iter().filter(|id| !locked.contains(id)).cloned());
@@ -465,6 +505,10 @@ mod tests {
                 probe.rollback().await.expect("probe ends");
                 batch.rollback().await.expect("batch ends");
             }
+            // What a server without SKIP LOCKED answers is told apart, for a clear error.
+            let old_syntax = Statement::from_string(DbBackend::MySql, "SELECT 1 FOR UPDATE SKIP SKIP");
+            let refused = store.db.query_all_raw(old_syntax).await.expect_err("a statement the server cannot parse");
+            assert!(super::parse_error(&refused), "{refused}");
             left = 6;
         }
         let old_log = format!("SELECT COUNT(*) FROM saga_transition WHERE biz_id <> '{active}'");
