@@ -55,7 +55,8 @@ fn purgeable(backend: sea_orm::DbBackend, alias: &str) -> String {
 }
 
 /// How many candidates a purge lists on MySQL for each saga of its batch, so that purgers running
-/// at once find a batch each among the same oldest sagas (two recovery workers, as deployed).
+/// at once find a batch each among the same oldest sagas (two recovery workers, as deployed; a
+/// third searching at the same moment finds what it listed held and waits for its next round).
 const SEARCH_SPREAD: u64 = 2;
 
 /// The bounds a purge deletes within: last written more than `older_than_ms` ago, last lease
