@@ -17,7 +17,7 @@ use midflight_recovery::retention::{Retention, TopicReader};
 use midflight_recovery::{PurgeSection, RecoveryConfig, Worker};
 use midflight_stack::{MethodFaults, MockDownstreams, MockOptions, fault};
 use midflight_store::both_engines;
-use midflight_store::testing::{TestDb, age, drive_to_done, execute, required_in_ci, until};
+use midflight_store::testing::{Engine, TestDb, age, drive_to_done, execute, hold_sagas, required_in_ci, until};
 use tokio_util::sync::CancellationToken;
 
 fn config(db: &TestDb, mocks: &MockDownstreams) -> RecoveryConfig {
@@ -209,6 +209,44 @@ async fn finished_40_30_and_0_hours_ago(db: &TestDb) -> Vec<String> {
     execute(&db.store, "UPDATE outbox SET published_at_ms = 1").await;
     ids
 }
+
+/// Two recovery workers purging at once, each on its own pool (the deployed shape): every old
+/// saga is purged exactly once. On MySQL no batch is rolled back, and while another
+/// transaction holds the four oldest sagas (a batch frozen mid-way) both purges go on around
+/// them, then take them once they are let go; before, both waited on those rows.
+async fn two_purges_side_by_side(db: &TestDb) {
+    let events: Vec<_> = (0..24).map(|n| event(&format!("P-{n:02}"), "PAID", "CN-ZJ")).collect();
+    let mut ids = Vec::new();
+    for saga in arrive(&db.store, &events, 1, 60_000).await {
+        let done = drive_to_done(&db.store, saga, "consumer:c", 60_000).await;
+        age(&db.store, &done.biz_id, Status::Done, 40 * HOUR_MS).await;
+        ids.push(done.biz_id);
+    }
+    execute(&db.store, "UPDATE outbox SET published_at_ms = 1").await;
+    let mysql = db.engine == Engine::MySql;
+    let holder = if mysql { Some(hold_sagas(&db.store, &ids[..4]).await) } else { None };
+    let other = db.another_store().await;
+    let (first, stop_first, first_running) = purge_in_batches(&db.store, None, false, 20, 4);
+    let (second, stop_second, second_running) = purge_in_batches(&other, None, false, 20, 4);
+    let purged = || first.snapshot().purged_sagas + second.snapshot().purged_sagas;
+    if let Some(holder) = holder {
+        until("every saga but the held ones purged", || async { purged() == 20 }).await;
+        let left: Vec<String> = kept(&db.store).await;
+        assert_eq!(left, ids[..4].to_vec(), "the held sagas stay");
+        holder.release().await;
+    }
+    until("every saga purged", || async { purged() == 24 && kept(&db.store).await.is_empty() }).await;
+    for (stop, running) in [(stop_first, first_running), (stop_second, second_running)] {
+        stop.cancel();
+        running.await.expect("purge task");
+    }
+    assert_eq!(purged(), 24, "each saga purged once");
+    if mysql {
+        let rolled_back = first.snapshot().purge_rolled_back + second.snapshot().purge_rolled_back;
+        assert_eq!(rolled_back, 0, "no batch rolled back");
+    }
+}
+both_engines!(two_workers_purge_side_by_side, two_purges_side_by_side);
 
 /// A purge of 24 hours reading `topic` on `bootstrap`, run beside the test; it purges without
 /// waiting for a reconciliation.

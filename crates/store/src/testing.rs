@@ -136,6 +136,34 @@ pub async fn age(store: &Store, biz_id: &str, status: midflight_model::Status, a
     assert_eq!(result.rows_affected(), 1, "{biz_id}: no such saga");
 }
 
+/// A transaction holding saga rows locked (MySQL only), as another process's batch frozen
+/// mid-way would; they are let go by [`Held::release`], or when it is dropped.
+#[derive(Debug)]
+pub struct Held(sea_orm::DatabaseTransaction);
+
+impl Held {
+    /// Rolls the holding transaction back.
+    pub async fn release(self) {
+        self.0.rollback().await.expect("the holder rolls back");
+    }
+}
+
+/// Locks the saga rows `ids` by primary key (`FOR UPDATE`) in a transaction of its own on
+/// `store` (MySQL only); panics unless every one of them is there.
+pub async fn hold_sagas(store: &Store, ids: &[String]) -> Held {
+    use sea_orm::{ConnectionTrait, Statement, TransactionTrait, Value};
+    assert_eq!(store.backend, sea_orm::DbBackend::MySql, "row locks are held on MySQL only");
+    let txn = store.db.begin().await.expect("holder transaction");
+    let sql = format!(
+        "SELECT biz_id FROM saga FORCE INDEX (PRIMARY) WHERE biz_id IN ({}) FOR UPDATE",
+        crate::dialect::placeholders(ids.len())
+    );
+    let values: Vec<Value> = ids.iter().map(|id| Value::from(id.clone())).collect();
+    let rows = txn.query_all_raw(Statement::from_sql_and_values(store.backend, sql, values)).await.expect("hold");
+    assert_eq!(rows.len(), ids.len(), "every saga to hold is there");
+    Held(txn)
+}
+
 /// Polls `check` every 20 ms until it holds, failing the test after a minute: how a test
 /// waits for another task or connection to reach a point, instead of sleeping.
 pub async fn until<F, Fut>(what: &str, mut check: F)

@@ -189,9 +189,20 @@ pub fn purge_beside(
     reconciled: bool,
     interval_ms: u64,
 ) -> (std::sync::Arc<Stats>, CancellationToken, tokio::task::JoinHandle<()>) {
+    purge_in_batches(store, reader, reconciled, interval_ms, 500)
+}
+
+/// [`purge_beside`] in batches of `batch_rows`.
+pub fn purge_in_batches(
+    store: &Store,
+    reader: Option<TopicReader>,
+    reconciled: bool,
+    interval_ms: u64,
+    batch_rows: u64,
+) -> (std::sync::Arc<Stats>, CancellationToken, tokio::task::JoinHandle<()>) {
     let timeout_ms = u64::try_from(PURGE_TOPIC_CHECK_TIMEOUT.as_millis()).expect("a short timeout");
     let section =
-        PurgeSection { after_hours: 24, batch_rows: 500, pause_ms: 1, interval_ms, topic_check_timeout_ms: timeout_ms };
+        PurgeSection { after_hours: 24, batch_rows, pause_ms: 1, interval_ms, topic_check_timeout_ms: timeout_ms };
     let stats = std::sync::Arc::new(Stats::default());
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(midflight_recovery::purge::purge_periodically(
