@@ -308,7 +308,7 @@ mod tests {
     use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait, Value};
 
     use super::Purged;
-    use crate::testing::{TestDb, age, arrive_orders, drive_to_done, plan_of};
+    use crate::testing::{TestDb, age, arrive_orders, drive_to_done, hold_sagas, plan_of};
     use crate::{FindingTicket, WMS_LEDGER_STEP};
 
     const HOUR_MS: i64 = 3_600_000;
@@ -469,10 +469,8 @@ mod tests {
         let ids = |sagas: &[midflight_model::Saga]| sagas.iter().map(|saga| saga.biz_id.clone()).collect::<Vec<_>>();
         let mut left = 10;
         if store.backend == DbBackend::MySql {
-            let holder = store.db.begin_with_config(Some(sea_orm::IsolationLevel::ReadCommitted), None).await;
-            let holder = holder.expect("holder transaction");
             let held = ids(&old[..2]);
-            assert_eq!(lock_each(&holder, &held).await, [true, true], "the holder's rows");
+            let holder = hold_sagas(store, &held).await;
             let purge = store.purge_finished(48 * HOUR_MS, None, 4);
             let purged = tokio::time::timeout(std::time::Duration::from_secs(10), purge)
                 .await
@@ -481,7 +479,7 @@ mod tests {
             assert_eq!((purged.sagas, purged.rolled_back), (4, 0), "a full batch beside the held rows: {purged:?}");
             let kept: Vec<String> = store.page("", 100).await.expect("page").into_iter().map(|s| s.biz_id).collect();
             assert!(held.iter().all(|id| kept.contains(id)), "the held sagas stay: {kept:?}");
-            holder.rollback().await.expect("the holder lets go");
+            holder.release().await;
 
             let mut rest: Vec<String> = kept.into_iter().filter(|id| id != active).collect();
             rest.sort();
