@@ -45,14 +45,8 @@ impl Error {
     /// so nothing of it was written and the same transaction can be tried again. An error at
     /// COMMIT that could have left the outcome unknown (a lost connection) is not one of these.
     pub(crate) fn rolled_back(&self) -> bool {
-        let Error::Db {
-            source: DbErr::Exec(RuntimeErr::SqlxError(error)) | DbErr::Query(RuntimeErr::SqlxError(error)),
-            ..
-        } = self
-        else {
-            return false;
-        };
-        let sqlx::Error::Database(error) = error.as_ref() else { return false };
+        let Error::Db { source, .. } = self else { return false };
+        let Some(error) = statement_error(source) else { return false };
         if let Some(mysql) = error.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
             return matches!(mysql.number(), 1020 | 1205 | 1213);
         }
@@ -62,6 +56,17 @@ impl Error {
             return matches!(code & 0xff, 5 | 6);
         }
         false
+    }
+}
+
+/// The server's own error behind a statement that failed (not the pool's, not the driver's).
+pub(crate) fn statement_error(source: &DbErr) -> Option<&(dyn sqlx::error::DatabaseError + 'static)> {
+    let (DbErr::Exec(RuntimeErr::SqlxError(error)) | DbErr::Query(RuntimeErr::SqlxError(error))) = source else {
+        return None;
+    };
+    match error.as_ref() {
+        sqlx::Error::Database(error) => Some(error.as_ref()),
+        _ => None,
     }
 }
 

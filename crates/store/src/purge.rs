@@ -67,6 +67,13 @@ struct Cutoff {
     judged_before_ms: i64,
 }
 
+impl Cutoff {
+    /// The parameters of [`purgeable`]'s condition: the horizon, then the judged bound.
+    fn values(self) -> [Value; 2] {
+        [self.older_than_ms.into(), self.judged_before_ms.into()]
+    }
+}
+
 impl Store {
     /// Deletes up to `limit` (at most [`BATCH_ROWS_MAX`]) sagas finished more than
     /// `older_than_ms` ago, with their transition-log and outbox rows, in one transaction.
@@ -108,11 +115,7 @@ impl Store {
         );
         let rows =
             self.patiently(operation, || self.db.query_all_raw(statement.clone())).await.during(operation, None)?;
-        let ids = rows
-            .iter()
-            .map(|row| row.try_get::<String>("", "biz_id"))
-            .collect::<Result<Vec<_>, _>>()
-            .during(operation, None)?;
+        let ids = biz_ids(&rows).during(operation, None)?;
         if !mysql {
             return self.purge_listed(cutoff, ids).await;
         }
@@ -153,7 +156,8 @@ impl Store {
         ids.resize(ids.len().next_power_of_two(), String::new());
         let sql = lock_listed_sql(ids.len());
         let mut values: Vec<Value> = ids.into_iter().map(Value::from).collect();
-        values.extend([cutoff.older_than_ms.into(), cutoff.judged_before_ms.into(), limit.into()]);
+        values.extend(cutoff.values());
+        values.push(limit.into());
         let operation = "lock finished sagas to purge";
         let rows = match txn.query_all_raw(Statement::from_sql_and_values(self.backend, sql, values)).await {
             Ok(rows) => rows,
@@ -165,10 +169,7 @@ impl Store {
             }
             Err(source) => return Err(source).during(operation, None),
         };
-        rows.iter()
-            .map(|row| row.try_get::<String>("", "biz_id"))
-            .collect::<Result<Vec<_>, _>>()
-            .during(operation, None)
+        biz_ids(&rows).during(operation, None)
     }
 
     /// Deletes the sagas `ids` with their log and outbox rows if every one of them still
@@ -209,8 +210,7 @@ impl Store {
         }
         let distinct = ids.len() as u64;
         let ids = dialect::padded(ids);
-        let condition = [cutoff.older_than_ms.into(), cutoff.judged_before_ms.into()];
-        let sagas = self.delete_listed(&txn, "saga", &purgeable(self.backend, "t"), &condition, &ids).await?;
+        let sagas = self.delete_listed(&txn, "saga", &purgeable(self.backend, "t"), &cutoff.values(), &ids).await?;
         if sagas < distinct {
             txn.rollback().await.during("roll back purge", None)?;
             tracing::debug!(listed = distinct, qualified = sagas, "purge batch rolled back: a listed saga changed");
@@ -262,7 +262,7 @@ fn delete_listed_sql(backend: sea_orm::DbBackend, table: &str, condition: &str, 
     match backend {
         sea_orm::DbBackend::MySql => format!(
             "DELETE t FROM ({}) AS k STRAIGHT_JOIN {table} AS t FORCE INDEX (PRIMARY) ON t.biz_id = k.biz_id{}",
-            vec!["SELECT ? AS biz_id"; n].join(" UNION ALL "),
+            listed_rows(n),
             and("WHERE")
         ),
         _ => format!("DELETE FROM {table} AS t WHERE t.biz_id IN ({}){}", dialect::placeholders(n), and("AND")),
@@ -275,7 +275,7 @@ fn lock_listed_sql(n: usize) -> String {
     format!(
         "SELECT t.biz_id FROM ({}) AS k STRAIGHT_JOIN saga AS t FORCE INDEX (PRIMARY) ON t.biz_id = k.biz_id \
          WHERE t.status IN ({}) AND t.updated_at_ms < {} - ? AND t.lease_until_ms < ? LIMIT ? FOR UPDATE SKIP LOCKED",
-        vec!["SELECT ? AS biz_id"; n].join(" UNION ALL "),
+        listed_rows(n),
         crate::lease::quoted(&Status::FINISHED),
         dialect::now_ms(sea_orm::DbBackend::MySql)
     )
@@ -284,13 +284,20 @@ fn lock_listed_sql(n: usize) -> String {
 /// Whether MySQL refused a statement as one it cannot parse (error 1064), as a server older
 /// than MySQL 8.0.1 or MariaDB 10.6 refuses `SKIP LOCKED`.
 fn parse_error(error: &sea_orm::DbErr) -> bool {
-    let (sea_orm::DbErr::Exec(sea_orm::RuntimeErr::SqlxError(error))
-    | sea_orm::DbErr::Query(sea_orm::RuntimeErr::SqlxError(error))) = error
-    else {
-        return false;
-    };
-    let sea_orm::sqlx::Error::Database(error) = error.as_ref() else { return false };
-    error.try_downcast_ref::<sea_orm::sqlx::mysql::MySqlDatabaseError>().is_some_and(|mysql| mysql.number() == 1064)
+    crate::error::statement_error(error)
+        .and_then(|error| error.try_downcast_ref::<sea_orm::sqlx::mysql::MySqlDatabaseError>())
+        .is_some_and(|mysql| mysql.number() == 1064)
+}
+
+/// The rows `SELECT ? AS biz_id UNION ALL ...` of `n` listed ids, which MySQL statements join
+/// to a table's primary key.
+fn listed_rows(n: usize) -> String {
+    vec!["SELECT ? AS biz_id"; n].join(" UNION ALL ")
+}
+
+/// The `biz_id` column of `rows`.
+fn biz_ids(rows: &[sea_orm::QueryResult]) -> Result<Vec<String>, sea_orm::DbErr> {
+    rows.iter().map(|row| row.try_get::<String>("", "biz_id")).collect()
 }
 
 fn candidates_sql(backend: sea_orm::DbBackend) -> String {
