@@ -99,12 +99,15 @@ pub struct PurgeSection {
     pub after_hours: u64,
     /// Sagas per purge transaction (their log rows and outbox rows go in the same one).
     pub batch_rows: u64,
-    /// Pause after a full batch, leaving the database to the hot path between batches: a
-    /// backlog is worked through at about `batch_rows` per batch time plus this (500 every
-    /// 80-86 ms, about 6,000 sagas a second, on the MariaDB of BENCHMARKS.md, Purge).
+    /// Pause after a batch that deleted sagas and listed at least `batch_rows` candidates
+    /// (on MySQL, also one that came back short because another worker held some of them),
+    /// leaving the database to the hot path between batches: a backlog is worked through at
+    /// about `batch_rows` per batch time plus this (500 every 80-86 ms, about 6,000 sagas a
+    /// second, on the MariaDB of BENCHMARKS.md, Purge).
     pub pause_ms: u64,
-    /// Pause after a batch that found fewer than `batch_rows`: the old rows are gone. The order
-    /// topic's retention is read again once the last reading is this old.
+    /// Pause after any other batch (fewer than `batch_rows` candidates: the old rows are gone;
+    /// rolled back; every listed row held by another worker; failed). The order topic's
+    /// retention is read again once the last reading is this old.
     pub interval_ms: u64,
     /// Longest the purge waits for the broker's answer when it reads the order topic's
     /// settings (with a `kafka` section); less than `interval_ms`.

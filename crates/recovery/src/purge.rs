@@ -1,8 +1,10 @@
 //! Deleting finished sagas past the horizon of [`PurgeSection`], a batch (one transaction) at a
-//! time: full batches follow each other `pause_ms` apart until one comes back short, then the
-//! purge waits `interval_ms`. Several workers may purge at once: on MySQL each locks its batch
-//! among twice as many listed candidates, stepping over the rows another worker holds, so two
-//! workers delete different batches side by side ([`Store::purge_finished`]). On SQLite (one
+//! time: batches follow each other `pause_ms` apart while each deletes sagas from a full
+//! listing of candidates ([`Purged::more_after`]), then the purge waits `interval_ms`. Several
+//! workers may purge at once: on MySQL each locks its batch among twice as many listed
+//! candidates, stepping over the rows another worker holds, so two workers delete different
+//! batches side by side ([`Store::purge_finished`]); one whose batch came back short because
+//! the other held some of what it listed goes on after `pause_ms`. On SQLite (one
 //! writer) they list the same oldest candidates: when two take the same batch, one deletes it
 //! and the other's is rolled back (it deleted nothing) and waits `interval_ms`.
 //!
@@ -107,7 +109,7 @@ pub async fn purge_periodically(
                 stats.purged_outbox.fetch_add(purged.outbox, Ordering::Relaxed);
                 stats.purge_rolled_back.fetch_add(purged.rolled_back, Ordering::Relaxed);
                 round += purged;
-                purged.sagas >= section.batch_rows
+                purged.more_after(section.batch_rows)
             }
             Err(error) => {
                 stats.purge_failures.fetch_add(1, Ordering::Relaxed);

@@ -248,6 +248,40 @@ async fn two_purges_side_by_side(db: &TestDb) {
 }
 both_engines!(two_workers_purge_side_by_side, two_purges_side_by_side);
 
+/// A purge goes on at once after a batch that listed a full batch and deleted some of it, even
+/// one that came back short because another transaction held the rest of what it listed (on
+/// MySQL: the three oldest of twelve old sagas held, batches of two listing four); before, such
+/// a batch ended the round, and the purge waited `interval_ms` (an hour here) with the other
+/// old sagas still there. A round whose every listed row is held ends it. On SQLite, where
+/// nothing is held, full batches go on until the old sagas are gone.
+async fn short_batches_beside_held_rows(db: &TestDb) {
+    let events: Vec<_> = (0..12).map(|n| event(&format!("H-{n:02}"), "PAID", "CN-ZJ")).collect();
+    let mut ids = Vec::new();
+    for (n, saga) in arrive(&db.store, &events, 1, 60_000).await.into_iter().enumerate() {
+        let done = drive_to_done(&db.store, saga, "consumer:c", 60_000).await;
+        // Oldest first, a minute apart: the search lists them in this order.
+        let minutes = i64::try_from(12 - n).expect("a dozen");
+        age(&db.store, &done.biz_id, Status::Done, 40 * HOUR_MS + minutes * 60_000).await;
+        ids.push(done.biz_id);
+    }
+    execute(&db.store, "UPDATE outbox SET published_at_ms = 1").await;
+    let holder = if db.engine == Engine::MySql { Some(hold_sagas(&db.store, &ids[..3]).await) } else { None };
+    let held = if holder.is_some() { 3 } else { 0 };
+    let (stats, stop, running) = purge_in_batches(&db.store, None, false, HOUR_MS as u64, 2);
+    until("every saga not held purged", || async { stats.snapshot().purged_sagas == 12 - held }).await;
+    let left = db.store.page("", 20).await.expect("page");
+    let mut left: Vec<String> = left.into_iter().map(|saga| saga.biz_id).collect();
+    left.sort();
+    assert_eq!(left, ids[..held as usize].to_vec(), "only the held sagas stay");
+    stop.cancel();
+    running.await.expect("purge task");
+    if let Some(holder) = holder {
+        holder.release().await;
+    }
+    assert_eq!(stats.snapshot().purge_rolled_back, 0, "no batch rolled back");
+}
+both_engines!(short_purge_batches_go_on, short_batches_beside_held_rows);
+
 /// A purge of 24 hours reading `topic` on `bootstrap`, run beside the test; it purges without
 /// waiting for a reconciliation.
 fn purge_reading(

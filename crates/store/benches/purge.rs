@@ -99,8 +99,9 @@ async fn bench(db: &TestDb, count: usize, batch: usize, purgers: usize) -> Strin
                     let purged = store.purge_finished(48 * HOUR_MS, None, batch as u64).await.expect("purge");
                     all += purged;
                     batches += 1;
-                    // A short batch that was not rolled back: nothing left that this purger may take.
-                    if purged.sagas < batch as u64 && purged.rolled_back == 0 {
+                    // As a recovery worker's purge: on after a batch with more to do, or a rolled-back
+                    // one; otherwise nothing is left that this purger may take.
+                    if !purged.more_after(batch as u64) && purged.rolled_back == 0 {
                         break;
                     }
                 }

@@ -29,6 +29,20 @@ pub struct Purged {
     /// ticket was opened for it, or its notification is to be published again; on SQLite also
     /// another purger deleting it first): nothing of them deleted.
     pub rolled_back: u64,
+    /// Candidates the search listed for the batch (on MySQL up to twice its limit, on SQLite
+    /// up to its limit). A batch that deleted sagas and listed at least its limit leaves more
+    /// to purge at once, even one that came back short because another purger held some of
+    /// what it listed.
+    pub listed: u64,
+}
+
+impl Purged {
+    /// Whether the next batch should follow at once: this one deleted sagas and its search
+    /// listed at least `limit` of them. Neither a rolled-back batch nor one that found every
+    /// listed row held (it deleted nothing) counts, so those wait for the next round.
+    pub fn more_after(&self, limit: u64) -> bool {
+        self.sagas > 0 && self.listed >= limit
+    }
 }
 
 impl std::ops::AddAssign for Purged {
@@ -37,6 +51,7 @@ impl std::ops::AddAssign for Purged {
         self.transitions += other.transitions;
         self.outbox += other.outbox;
         self.rolled_back += other.rolled_back;
+        self.listed += other.listed;
     }
 }
 
@@ -77,8 +92,10 @@ impl Cutoff {
 impl Store {
     /// Deletes up to `limit` (at most [`BATCH_ROWS_MAX`]) sagas finished more than
     /// `older_than_ms` ago, with their transition-log and outbox rows, in one transaction.
-    /// Returns what it deleted; fewer sagas than `limit` means none older are left, the batch
-    /// was rolled back ([`Purged::rolled_back`]), or (MySQL) other purgers hold the rest.
+    /// Returns what it deleted and how many candidates it listed; [`Purged::more_after`] says
+    /// whether more are left. Fewer sagas than `limit` means none older are left, the batch
+    /// was rolled back ([`Purged::rolled_back`]), or (MySQL) other purgers held some of the
+    /// listed ones.
     ///
     /// `judged_before_ms` (database time), when given, keeps every saga whose last lease
     /// (`lease_until_ms`, its last write plus at most a lease) did not end before it: what a
@@ -94,8 +111,9 @@ impl Store {
     /// up to `limit` of them by primary key, stepping over rows another transaction holds
     /// ([`Store::lock_listed`]): purgers running at once (one in each recovery worker) take
     /// different batches, where each used to list the same oldest sagas, all but one waiting on
-    /// the first one's locks and then rolling back. A purger whose listed rows another took
-    /// between its search and its lock comes back short and waits for its next round.
+    /// the first one's locks and then rolling back. A purger whose listed rows another held or
+    /// took between its search and its lock comes back short; if it deleted some and listed a
+    /// full batch, more follow at once ([`Purged::more_after`]).
     /// SQLite has one writer, so each purger lists `limit` and deletes them.
     pub async fn purge_finished(
         &self,
@@ -105,20 +123,26 @@ impl Store {
     ) -> Result<Purged, Error> {
         let limit = limit.clamp(1, BATCH_ROWS_MAX as u64);
         let mysql = self.backend == sea_orm::DbBackend::MySql;
-        let listed = if mysql { limit * SEARCH_SPREAD } else { limit };
+        let search_limit = if mysql { limit * SEARCH_SPREAD } else { limit };
         let cutoff = Cutoff { older_than_ms, judged_before_ms: judged_before_ms.unwrap_or(i64::MAX) };
         let operation = "find finished sagas to purge";
         let statement = Statement::from_sql_and_values(
             self.backend,
             candidates_sql(self.backend),
-            [older_than_ms.into(), older_than_ms.into(), cutoff.judged_before_ms.into(), listed.into()],
+            [older_than_ms.into(), older_than_ms.into(), cutoff.judged_before_ms.into(), search_limit.into()],
         );
         let rows =
             self.patiently(operation, || self.db.query_all_raw(statement.clone())).await.during(operation, None)?;
         let ids = biz_ids(&rows).during(operation, None)?;
-        if !mysql {
-            return self.purge_listed(cutoff, ids).await;
-        }
+        let listed = ids.len() as u64;
+        let purged =
+            if mysql { self.lock_and_purge(cutoff, ids, limit).await } else { self.purge_listed(cutoff, ids).await };
+        purged.map(|purged| Purged { listed, ..purged })
+    }
+
+    /// The MySQL batch of [`Store::purge_finished`]: locks up to `limit` of the listed `ids`
+    /// and deletes them.
+    async fn lock_and_purge(&self, cutoff: Cutoff, ids: Vec<String>, limit: u64) -> Result<Purged, Error> {
         if ids.is_empty() {
             return Ok(Purged::default());
         }
@@ -220,7 +244,7 @@ impl Store {
             sagas,
             transitions: self.delete_listed(&txn, "saga_transition", "", &[], &ids).await?,
             outbox: self.delete_listed(&txn, "outbox", "", &[], &ids).await?,
-            rolled_back: 0,
+            ..Purged::default()
         };
         txn.commit().await.during("commit purge", None)?;
         self.stats.write_committed();
@@ -407,7 +431,10 @@ mod tests {
         assert_eq!((first.sagas, second.sagas, third), (3, 1, Purged::default()), "three a batch, then the last");
         let mut all = first;
         all += second;
-        assert_eq!(all, Purged { sagas: 4, transitions: purged_log as u64, outbox: 3, rolled_back: 0 });
+        // MySQL lists up to twice the batch: the four old sagas, then the one left.
+        let listed = if store.backend == DbBackend::MySql { 5 } else { 4 };
+        assert_eq!(all, Purged { sagas: 4, transitions: purged_log as u64, outbox: 3, rolled_back: 0, listed });
+        assert!(first.more_after(3) && !second.more_after(3), "a full batch, then the last: {first:?} {second:?}");
 
         let left: Vec<String> = store.page("", 100).await.expect("page").into_iter().map(|s| s.biz_id).collect();
         let mut kept = ids[4..].to_vec();
@@ -459,7 +486,8 @@ mod tests {
     /// listed and nothing else: not a saga in flight (after the finished ones in
     /// `saga_recovery`), not a listed saga past its limit. On both engines, two purgers at once
     /// delete every old saga exactly once, with its log and outbox rows, and keep the saga in
-    /// flight.
+    /// flight. A batch that came back short because most of what it listed was held says there
+    /// is more to purge at once ([`Purged::more_after`]); one that found all of it held does not.
     async fn purgers_take_different_sagas(db: &TestDb) {
         let store = &db.store;
         let mut names: Vec<String> = (0..10).map(|n| format!("OLD-{n}")).collect();
@@ -515,7 +543,18 @@ mod tests {
             let old_syntax = Statement::from_string(DbBackend::MySql, "SELECT 1 FOR UPDATE SKIP SKIP");
             let refused = store.db.query_all_raw(old_syntax).await.expect_err("a statement the server cannot parse");
             assert!(super::parse_error(&refused), "{refused}");
-            left = 6;
+
+            // A batch short of its limit because another transaction holds most of what it
+            // listed has more to do at once; one that finds every listed row held has not.
+            let holder = hold_sagas(store, &rest[..4]).await;
+            let short = store.purge_finished(48 * HOUR_MS, None, 3).await.expect("purge");
+            assert_eq!((short.sagas, short.listed, short.rolled_back), (2, 6, 0), "{short:?}");
+            assert!(short.more_after(3), "the held rows listed, the others deleted: {short:?}");
+            let none = store.purge_finished(48 * HOUR_MS, None, 3).await.expect("purge");
+            assert_eq!((none.sagas, none.listed, none.rolled_back), (0, 4, 0), "{none:?}");
+            assert!(!none.more_after(3), "every listed row held: {none:?}");
+            holder.release().await;
+            left = 4;
         }
         let old_log = format!("SELECT COUNT(*) FROM saga_transition WHERE biz_id <> '{active}'");
         let transitions = count(store, &old_log).await;
