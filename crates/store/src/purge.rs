@@ -32,7 +32,7 @@ pub struct Purged {
     /// Candidates the search listed for the batch (on MySQL up to twice its limit, on SQLite
     /// up to its limit). A batch that deleted sagas and listed at least its limit leaves more
     /// to purge at once, even one that came back short because another purger held some of
-    /// what it listed.
+    /// what it listed. Summed over batches, it counts listings, not distinct sagas.
     pub listed: u64,
 }
 
