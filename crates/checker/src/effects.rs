@@ -3,7 +3,7 @@
 //! effect it undid by its downstream id, so two locks under one request id (the legacy WMS)
 //! are told apart.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use midflight_api::client::{LedgerEntry, LedgerKind};
 
@@ -16,6 +16,9 @@ pub struct Effects {
     pub by_order: BTreeMap<String, Vec<String>>,
     /// request ids that were applied after being tombstoned (a tombstone that did not hold).
     pub applied_after_tombstone: Vec<String>,
+    /// request ids applied again after an effect of theirs was undone: the effect made a second
+    /// time, even if only one is in force at the end.
+    pub applied_after_undo: Vec<String>,
 }
 
 impl Effects {
@@ -31,11 +34,15 @@ pub fn replay(ledger: &[LedgerEntry]) -> Effects {
     let mut effects = Effects::default();
     let mut order_of: BTreeMap<&str, &str> = BTreeMap::new();
     let mut tombstoned: BTreeMap<&str, bool> = BTreeMap::new();
+    let mut undone_under: BTreeSet<&str> = BTreeSet::new();
     for entry in entries {
         match entry.kind {
             LedgerKind::Apply => {
                 if tombstoned.get(entry.request_id.as_str()).copied().unwrap_or(false) {
                     effects.applied_after_tombstone.push(entry.request_id.clone());
+                }
+                if undone_under.contains(entry.request_id.as_str()) {
+                    effects.applied_after_undo.push(entry.request_id.clone());
                 }
                 effects.by_request.entry(entry.request_id.clone()).or_default().push(entry.effect_id.clone());
                 effects.by_order.entry(entry.order_no.clone()).or_default().push(entry.effect_id.clone());
@@ -48,8 +55,11 @@ pub fn replay(ledger: &[LedgerEntry]) -> Effects {
                     Some(entry.effect_id.clone())
                 };
                 if let Some(id) = undone {
-                    if let Some(ids) = effects.by_request.get_mut(&entry.request_id) {
+                    if let Some(ids) = effects.by_request.get_mut(&entry.request_id)
+                        && ids.contains(&id)
+                    {
                         ids.retain(|x| *x != id);
+                        undone_under.insert(&entry.request_id);
                     }
                     let order =
                         order_of.get(id.as_str()).map(|o| o.to_string()).unwrap_or_else(|| entry.order_no.clone());

@@ -19,8 +19,11 @@ fn violation(report: &mut Report, invariant: &'static str, biz_id: &str, message
     report.violations.push(Violation { invariant, biz_id: biz_id.to_owned(), message, evidence });
 }
 
-/// I1: for each biz_id at most one lock and one shipment in force; for each order no more
-/// effects than it has sagas; no effect applied after its tombstone.
+/// I1: for each biz_id at most one lock and one shipment in force; no effect in force under a
+/// request id that no saga sent (the ids are derived from the biz_id, so such an effect is a
+/// step run again under a key of its own, whatever the order's other sagas did); for each
+/// order no more effects than it has sagas; no effect made again under a request id after one
+/// was undone; no effect applied after its tombstone.
 pub fn at_most_once(snapshot: &Snapshot, expected: &Expected, report: &mut Report) -> LedgerEffects {
     let effects = LedgerEffects { wms: replay(&snapshot.wms_ledger), logistics: replay(&snapshot.logistics_ledger) };
     let mut sagas_per_order: BTreeMap<&str, usize> = BTreeMap::new();
@@ -28,9 +31,22 @@ pub fn at_most_once(snapshot: &Snapshot, expected: &Expected, report: &mut Repor
         let order_no = biz_id.split_once(':').map_or(biz_id.as_str(), |(order, _)| order);
         *sagas_per_order.entry(order_no).or_default() += 1;
     }
+    let sagas: BTreeSet<&str> =
+        expected.orders.iter().map(String::as_str).chain(snapshot.sagas.iter().map(|s| s.biz_id.as_str())).collect();
     for (name, step, ledger) in
         [("wms lock", Step::Wms, &effects.wms), ("shipment", Step::Logistics, &effects.logistics)]
     {
+        let sent: BTreeSet<String> = sagas.iter().map(|biz_id| request_id(biz_id, step)).collect();
+        let mut unowned: BTreeSet<&str> = BTreeSet::new();
+        for (request, ids) in &ledger.by_request {
+            if ids.is_empty() || sent.contains(request) {
+                continue;
+            }
+            report.duplicate_effects += ids.len();
+            unowned.extend(ids.iter().map(String::as_str));
+            let message = format!("{} {name}(s) in force under a request id no saga sent", ids.len());
+            violation(report, "I1", request, message, format!("{request}: {ids:?}"));
+        }
         for biz_id in &expected.orders {
             let request = request_id(biz_id, step);
             let count = ledger.in_force(&request);
@@ -42,20 +58,25 @@ pub fn at_most_once(snapshot: &Snapshot, expected: &Expected, report: &mut Repor
         }
         for (order_no, ids) in &ledger.by_order {
             let allowed = sagas_per_order.get(order_no.as_str()).copied().unwrap_or(0);
-            // Repeats under one of our request ids were counted above; count only the rest
-            // (effects under keys we never sent, as the legacy WMS makes up).
+            // Repeats under one of our request ids, and effects under ids no saga sent, were
+            // counted above; count only the rest.
             let counted: usize = expected
                 .orders
                 .iter()
                 .filter(|b| b.split_once(':').is_some_and(|(o, _)| o == order_no))
                 .map(|b| ledger.in_force(&request_id(b, step)).saturating_sub(1))
                 .sum();
-            let excess = ids.len().saturating_sub(allowed).saturating_sub(counted);
+            let owned = ids.iter().filter(|id| !unowned.contains(id.as_str())).count();
+            let excess = owned.saturating_sub(allowed).saturating_sub(counted);
             if excess > 0 {
                 report.duplicate_effects += excess;
-                let message = format!("{} {name}s in force for an order with {allowed} saga(s)", ids.len());
+                let message = format!("{owned} {name}s in force for an order with {allowed} saga(s)");
                 violation(report, "I1", order_no, message, format!("effects {ids:?}"));
             }
+        }
+        for request in &ledger.applied_after_undo {
+            report.duplicate_effects += 1;
+            violation(report, "I1", request, format!("{name} made again after it was undone"), request.clone());
         }
         for request in &ledger.applied_after_tombstone {
             violation(report, "I4", request, format!("{name} applied after its tombstone"), request.clone());
@@ -171,24 +192,26 @@ pub fn per_order_order(snapshot: &Snapshot, report: &mut Report) {
     }
     for sagas in by_order.values_mut() {
         sagas.sort_by_key(|s| s.source.offset);
-        for pair in sagas.windows(2) {
-            let (first, second) = (pair[0], pair[1]);
+        // Each saga against every earlier one, not only the one before it: an earlier saga
+        // that never started (parked) ends at once and would hide an overlap with the one
+        // before it.
+        for (n, &second) in sagas.iter().enumerate() {
             let started = logs.get(second.biz_id.as_str()).and_then(|log| {
                 log.iter().find(|t| t.from == Some(Status::Received) && t.to != Status::Parked).map(|t| t.at_ms)
             });
             let Some(started) = started else { continue };
-            let ended = logs
-                .get(first.biz_id.as_str())
-                .and_then(|log| log.iter().find(|t| t.to.is_terminal() && !t.is_takeover()).map(|t| t.at_ms));
-            if ended.is_none_or(|ended| ended > started) {
+            let ended = |first: &Saga| {
+                logs.get(first.biz_id.as_str())
+                    .and_then(|log| log.iter().find(|t| t.to.is_terminal() && !t.is_takeover()).map(|t| t.at_ms))
+            };
+            let overlapping = sagas[..n]
+                .iter()
+                .map(|&first| (first, ended(first)))
+                .find(|(_, ended)| ended.is_none_or(|ended| ended > started));
+            if let Some((first, ended)) = overlapping {
                 let evidence = format!("{} started at {started}, {} ended at {ended:?}", second.biz_id, first.biz_id);
-                violation(
-                    report,
-                    "I5",
-                    &second.biz_id,
-                    "started before the earlier saga of its order ended".into(),
-                    evidence,
-                );
+                let message = "started before an earlier saga of its order ended".into();
+                violation(report, "I5", &second.biz_id, message, evidence);
             }
         }
     }

@@ -115,6 +115,30 @@ async fn planted_violations_are_found(db: &TestDb) {
             }),
             vec!["I1"],
         ),
+        (
+            "a lock under a key no saga sent, for an order whose one saga rolled back",
+            Box::new(|s, _| {
+                let entry =
+                    LedgerEntry { order_no: "O-3".into(), ..lock("K-9".into(), "L-k9", 10_000, LedgerKind::Apply) };
+                s.wms_ledger.push(entry);
+            }),
+            vec!["I1"],
+        ),
+        (
+            "a lock made again under our request id after it was undone",
+            Box::new(move |s, _| {
+                let request = request_id(done, Step::Wms);
+                let first = s
+                    .wms_ledger
+                    .iter()
+                    .find(|e| e.request_id == request && e.kind == LedgerKind::Apply)
+                    .map(|e| e.effect_id.clone())
+                    .expect("the saga's lock");
+                s.wms_ledger.push(lock(request.clone(), &first, 10_000, LedgerKind::Undo));
+                s.wms_ledger.push(lock(request, "L-again", 10_001, LedgerKind::Apply));
+            }),
+            vec!["I1"],
+        ),
         ("a row missing", Box::new(move |s, _| s.sagas.retain(|x| x.biz_id != done)), vec!["I2"]),
         ("a row left mid-flight", Box::new(move |s, _| saga_mut(s, done).status = Status::WmsRequested), vec!["I2"]),
         (
@@ -133,7 +157,8 @@ async fn planted_violations_are_found(db: &TestDb) {
                 };
                 s.wms_ledger.push(entry);
             }),
-            vec!["I3"],
+            // Its lock was reversed on the way back: this one is the lock made a second time.
+            vec!["I1", "I3"],
         ),
         (
             "a stale epoch's write in the log",
@@ -168,6 +193,40 @@ async fn planted_violations_are_found(db: &TestDb) {
                     .find(|t| t.biz_id == "O-1:PAID" && t.to.is_terminal())
                     .map(|t| t.at_ms)
                     .expect("end");
+                for t in
+                    s.transitions.iter_mut().filter(|t| t.biz_id == "O-1:REPAID" && t.from == Some(Status::Received))
+                {
+                    t.at_ms = first_end - 1;
+                }
+            }),
+            vec!["I5"],
+        ),
+        (
+            "two sagas of one order overlapping, a parked one between them",
+            Box::new(|s, _| {
+                let first_end = s
+                    .transitions
+                    .iter()
+                    .find(|t| t.biz_id == "O-1:PAID" && t.to.is_terminal())
+                    .map(|t| t.at_ms)
+                    .expect("end");
+                let mut between = s.sagas.iter().find(|x| x.biz_id == "O-1:REPAID").cloned().expect("saga");
+                between.biz_id = "O-1:REFUND".into();
+                between.source.offset = 1;
+                between.status = Status::Parked;
+                s.sagas.push(between);
+                let start = s
+                    .transitions
+                    .iter()
+                    .find(|t| t.biz_id == "O-1:REPAID" && t.from == Some(Status::Received))
+                    .cloned()
+                    .expect("start");
+                s.transitions.push(Transition {
+                    biz_id: "O-1:REFUND".into(),
+                    to: Status::Parked,
+                    at_ms: first_end - 2,
+                    ..start
+                });
                 for t in
                     s.transitions.iter_mut().filter(|t| t.biz_id == "O-1:REPAID" && t.from == Some(Status::Received))
                 {
