@@ -156,19 +156,30 @@ pub fn consistent_end_states(snapshot: &Snapshot, effects: &LedgerEffects, repor
     }
 }
 
-/// I4: per saga, the log is one chain: versions increase, each edge is legal, the epoch never
-/// goes back (a write by an older epoch after a newer one is a zombie getting through).
+/// I4: per saga, the log is one chain: versions increase, each edge is legal, a takeover
+/// raises the epoch and every other write keeps it (the epoch changes only by a takeover, so a
+/// write by an older epoch after a newer one is a zombie getting through, and a takeover that
+/// did not raise it leaves the previous holder unfenced).
 pub fn fenced_owners(snapshot: &Snapshot, report: &mut Report) {
     for (biz_id, log) in by_saga(&snapshot.transitions) {
         let mut previous: Option<&Transition> = None;
         for row in log {
             if let Some(before) = previous {
-                if row.lease_epoch < before.lease_epoch {
+                let message = if row.lease_epoch < before.lease_epoch {
+                    Some("a write with a stale epoch was accepted")
+                } else if row.is_takeover() && row.lease_epoch == before.lease_epoch {
+                    Some("a takeover that did not raise the epoch")
+                } else if !row.is_takeover() && row.lease_epoch > before.lease_epoch {
+                    Some("a write under an epoch no takeover gave")
+                } else {
+                    None
+                };
+                if let Some(message) = message {
                     let evidence = format!(
                         "v{} epoch {} after v{} epoch {}",
                         row.version, row.lease_epoch, before.version, before.lease_epoch
                     );
-                    violation(report, "I4", biz_id, "a write with a stale epoch was accepted".into(), evidence);
+                    violation(report, "I4", biz_id, message.into(), evidence);
                 }
                 let chained = row.from == Some(before.to);
                 let legal = row.is_takeover()

@@ -177,6 +177,30 @@ async fn planted_violations_are_found(db: &TestDb) {
             vec!["I4"],
         ),
         (
+            "a takeover that did not raise the epoch",
+            Box::new(move |s, _| {
+                let last =
+                    s.transitions.iter().filter(|t| t.biz_id == done).max_by_key(|t| t.version).cloned().expect("log");
+                s.transitions.push(Transition {
+                    version: last.version + 1,
+                    from: Some(last.to),
+                    actor: "recovery:r1".into(),
+                    reason: "takeover".into(),
+                    ..last
+                });
+            }),
+            vec!["I4"],
+        ),
+        (
+            "a write under an epoch no takeover gave",
+            Box::new(move |s, _| {
+                let last =
+                    s.transitions.iter_mut().filter(|t| t.biz_id == done).max_by_key(|t| t.version).expect("log");
+                last.lease_epoch += 1;
+            }),
+            vec!["I4"],
+        ),
+        (
             "a lock after its tombstone",
             Box::new(|s, _| {
                 s.wms_ledger.push(lock("T-1".into(), "", 10_000, LedgerKind::Tombstone));
