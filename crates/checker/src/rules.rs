@@ -86,11 +86,17 @@ pub fn at_most_once(snapshot: &Snapshot, expected: &Expected, report: &mut Repor
 }
 
 /// I2: every accepted message has a row in a terminal state; MANUAL_REVIEW has an open ticket;
-/// PARKED keeps its error.
+/// PARKED keeps its error, and only poison is parked.
 pub fn nothing_lost(snapshot: &Snapshot, expected: &Expected, report: &mut Report) {
     let rows: BTreeMap<&str, &Saga> = snapshot.sagas.iter().map(|s| (s.biz_id.as_str(), s)).collect();
     let open_tickets: BTreeSet<&str> =
         snapshot.tickets.iter().filter(|t| t.state == TicketState::Open).map(|t| t.biz_id.as_str()).collect();
+    for biz_id in &expected.orders {
+        if rows.get(biz_id.as_str()).is_some_and(|s| s.status == Status::Parked) {
+            let evidence = rows.get(biz_id.as_str()).and_then(|s| s.last_error.clone()).unwrap_or_default();
+            violation(report, "I2", biz_id, "a valid order was parked as poison".into(), evidence);
+        }
+    }
     for biz_id in expected.orders.iter().chain(&expected.poison) {
         match rows.get(biz_id.as_str()) {
             None => {
@@ -113,8 +119,18 @@ pub fn nothing_lost(snapshot: &Snapshot, expected: &Expected, report: &mut Repor
     }
 }
 
-/// I3: DONE and ROLLED_BACK mean what they say, in every system.
+/// I3: DONE and ROLLED_BACK mean what they say, in every system; only a DONE saga has an
+/// outbox row or a published notification.
 pub fn consistent_end_states(snapshot: &Snapshot, effects: &LedgerEffects, report: &mut Report) {
+    // A saga with no row at all is I2's.
+    let status: BTreeMap<&str, Status> = snapshot.sagas.iter().map(|s| (s.biz_id.as_str(), s.status)).collect();
+    let outbox_rows = snapshot.outbox.iter().map(|(b, _)| (b.as_str(), "an outbox row"));
+    let notifications = snapshot.notifications.iter().flatten().map(|b| (b.as_str(), "a notification"));
+    for (biz_id, what) in outbox_rows.chain(notifications) {
+        if let Some(status) = status.get(biz_id).filter(|s| **s != Status::Done) {
+            violation(report, "I3", biz_id, format!("{what} for a saga that is {status}"), String::new());
+        }
+    }
     let orders: BTreeMap<&str, &midflight_store::OrderRow> =
         snapshot.orders.iter().map(|o| (o.biz_id.as_str(), o)).collect();
     let outbox: BTreeSet<&str> = snapshot.outbox.iter().map(|(b, _)| b.as_str()).collect();

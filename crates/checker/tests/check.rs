@@ -140,13 +140,38 @@ async fn planted_violations_are_found(db: &TestDb) {
             vec!["I1"],
         ),
         ("a row missing", Box::new(move |s, _| s.sagas.retain(|x| x.biz_id != done)), vec!["I2"]),
-        ("a row left mid-flight", Box::new(move |s, _| saga_mut(s, done).status = Status::WmsRequested), vec!["I2"]),
+        // The saga's outbox row (its notification) is there too: I3 as well.
+        (
+            "a row left mid-flight",
+            Box::new(move |s, _| saga_mut(s, done).status = Status::WmsRequested),
+            vec!["I2", "I3"],
+        ),
         (
             "MANUAL_REVIEW without a ticket",
             Box::new(move |s, _| saga_mut(s, done).status = Status::ManualReview),
-            vec!["I2"],
+            vec!["I2", "I3"],
         ),
         ("DONE without its outbox row", Box::new(move |s, _| s.outbox.retain(|(b, _)| b != done)), vec!["I3"]),
+        (
+            "an outbox row and a notification for a rolled-back saga",
+            Box::new(|s, _| {
+                s.outbox.push(("O-3:PAID".into(), true));
+                // Every DONE saga's notification, and one more.
+                let mut published: Vec<String> = s.outbox.iter().map(|(b, _)| b.clone()).collect();
+                published.push("O-3:PAID".into());
+                s.notifications = Some(published);
+            }),
+            vec!["I3"],
+        ),
+        (
+            "a valid order parked",
+            Box::new(|s, _| {
+                let saga = saga_mut(s, "O-3:PAID");
+                saga.status = Status::Parked;
+                saga.last_error = Some("payload invalid".into());
+            }),
+            vec!["I2"],
+        ),
         ("DONE without a notification", Box::new(|s, _| s.notifications = Some(Vec::new())), vec!["I3"]),
         (
             "ROLLED_BACK with a lock in force",
