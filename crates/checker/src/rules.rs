@@ -177,7 +177,23 @@ pub fn consistent_end_states(snapshot: &Snapshot, effects: &LedgerEffects, repor
 /// write by an older epoch after a newer one is a zombie getting through, and a takeover that
 /// did not raise it leaves the previous holder unfenced).
 pub fn fenced_owners(snapshot: &Snapshot, report: &mut Report) {
-    for (biz_id, log) in by_saga(&snapshot.transitions) {
+    let logs = by_saga(&snapshot.transitions);
+    // Every change of a row's status or epoch is logged with it, so a row's log ends where
+    // the row is (a lease renewal bumps the version alone, unlogged).
+    for saga in &snapshot.sagas {
+        match logs.get(saga.biz_id.as_str()).and_then(|log| log.last()) {
+            None => violation(report, "I4", &saga.biz_id, "a saga row without a log".into(), String::new()),
+            Some(last) if last.to != saga.status || last.lease_epoch != saga.lease.epoch => {
+                let evidence = format!(
+                    "log ends at v{} {} epoch {}, the row is {} epoch {}",
+                    last.version, last.to, last.lease_epoch, saga.status, saga.lease.epoch
+                );
+                violation(report, "I4", &saga.biz_id, "the log does not end where the row is".into(), evidence);
+            }
+            Some(_) => {}
+        }
+    }
+    for (biz_id, log) in logs {
         let mut previous: Option<&Transition> = None;
         for row in log {
             if let Some(before) = previous {

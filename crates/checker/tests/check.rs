@@ -140,16 +140,17 @@ async fn planted_violations_are_found(db: &TestDb) {
             vec!["I1"],
         ),
         ("a row missing", Box::new(move |s, _| s.sagas.retain(|x| x.biz_id != done)), vec!["I2"]),
+        // Rows whose status is changed here keep their log, which ends elsewhere: I4 as well.
         // The saga's outbox row (its notification) is there too: I3 as well.
         (
             "a row left mid-flight",
             Box::new(move |s, _| saga_mut(s, done).status = Status::WmsRequested),
-            vec!["I2", "I3"],
+            vec!["I2", "I3", "I4"],
         ),
         (
             "MANUAL_REVIEW without a ticket",
             Box::new(move |s, _| saga_mut(s, done).status = Status::ManualReview),
-            vec!["I2", "I3"],
+            vec!["I2", "I3", "I4"],
         ),
         ("DONE without its outbox row", Box::new(move |s, _| s.outbox.retain(|(b, _)| b != done)), vec!["I3"]),
         (
@@ -170,7 +171,7 @@ async fn planted_violations_are_found(db: &TestDb) {
                 saga.status = Status::Parked;
                 saga.last_error = Some("payload invalid".into());
             }),
-            vec!["I2"],
+            vec!["I2", "I4"],
         ),
         ("DONE without a notification", Box::new(|s, _| s.notifications = Some(Vec::new())), vec!["I3"]),
         (
@@ -223,6 +224,12 @@ async fn planted_violations_are_found(db: &TestDb) {
                     s.transitions.iter_mut().filter(|t| t.biz_id == done).max_by_key(|t| t.version).expect("log");
                 last.lease_epoch += 1;
             }),
+            vec!["I4"],
+        ),
+        ("a saga row without a log", Box::new(move |s, _| s.transitions.retain(|t| t.biz_id != done)), vec!["I4"]),
+        (
+            "a row whose epoch its log never reached",
+            Box::new(move |s, _| saga_mut(s, done).lease.epoch += 1),
             vec!["I4"],
         ),
         (
@@ -287,7 +294,7 @@ async fn planted_violations_are_found(db: &TestDb) {
         (
             "poison not parked",
             Box::new(|s, _| saga_mut(s, "parked:orders:0:9").status = Status::RolledBack),
-            vec!["I6"],
+            vec!["I4", "I6"],
         ),
         ("poison not dead-lettered", Box::new(|s, _| s.dead_letters = Some(Vec::new())), vec!["I6"]),
         ("an accepted message never inserted", Box::new(|_, e| e.orders.push("O-9:PAID".into())), vec!["I2"]),
