@@ -83,6 +83,23 @@ fn invariants(snapshot: &Snapshot, expected: &Expected) -> Vec<&'static str> {
     found
 }
 
+/// The last row of `biz_id`'s log.
+fn last_row(snapshot: &Snapshot, biz_id: &str) -> Transition {
+    snapshot.transitions.iter().filter(|t| t.biz_id == biz_id).max_by_key(|t| t.version).cloned().expect("log")
+}
+
+/// When O-1's first saga ended.
+fn first_end(snapshot: &Snapshot) -> i64 {
+    snapshot.transitions.iter().find(|t| t.biz_id == "O-1:PAID" && t.to.is_terminal()).map(|t| t.at_ms).expect("end")
+}
+
+/// Moves the start of O-1's second saga to `at_ms`.
+fn start_repaid_at(snapshot: &mut Snapshot, at_ms: i64) {
+    for t in snapshot.transitions.iter_mut().filter(|t| t.biz_id == "O-1:REPAID" && t.from == Some(Status::Received)) {
+        t.at_ms = at_ms;
+    }
+}
+
 fn saga_mut<'a>(snapshot: &'a mut Snapshot, biz_id: &str) -> &'a mut Saga {
     snapshot.sagas.iter_mut().find(|s| s.biz_id == biz_id).expect("saga in snapshot")
 }
@@ -189,8 +206,7 @@ async fn planted_violations_are_found(db: &TestDb) {
         (
             "a stale epoch's write in the log",
             Box::new(move |s, _| {
-                let last =
-                    s.transitions.iter().filter(|t| t.biz_id == done).max_by_key(|t| t.version).cloned().expect("log");
+                let last = last_row(s, done);
                 s.transitions.push(Transition {
                     version: last.version + 1,
                     lease_epoch: 0,
@@ -205,8 +221,7 @@ async fn planted_violations_are_found(db: &TestDb) {
         (
             "a takeover that did not raise the epoch",
             Box::new(move |s, _| {
-                let last =
-                    s.transitions.iter().filter(|t| t.biz_id == done).max_by_key(|t| t.version).cloned().expect("log");
+                let last = last_row(s, done);
                 s.transitions.push(Transition {
                     version: last.version + 1,
                     from: Some(last.to),
@@ -243,29 +258,15 @@ async fn planted_violations_are_found(db: &TestDb) {
         (
             "two sagas of one order overlapping",
             Box::new(|s, _| {
-                let first_end = s
-                    .transitions
-                    .iter()
-                    .find(|t| t.biz_id == "O-1:PAID" && t.to.is_terminal())
-                    .map(|t| t.at_ms)
-                    .expect("end");
-                for t in
-                    s.transitions.iter_mut().filter(|t| t.biz_id == "O-1:REPAID" && t.from == Some(Status::Received))
-                {
-                    t.at_ms = first_end - 1;
-                }
+                let first_end = first_end(s);
+                start_repaid_at(s, first_end - 1);
             }),
             vec!["I5"],
         ),
         (
             "two sagas of one order overlapping, a parked one between them",
             Box::new(|s, _| {
-                let first_end = s
-                    .transitions
-                    .iter()
-                    .find(|t| t.biz_id == "O-1:PAID" && t.to.is_terminal())
-                    .map(|t| t.at_ms)
-                    .expect("end");
+                let first_end = first_end(s);
                 let mut between = s.sagas.iter().find(|x| x.biz_id == "O-1:REPAID").cloned().expect("saga");
                 between.biz_id = "O-1:REFUND".into();
                 between.source.offset = 1;
@@ -283,11 +284,7 @@ async fn planted_violations_are_found(db: &TestDb) {
                     at_ms: first_end - 2,
                     ..start
                 });
-                for t in
-                    s.transitions.iter_mut().filter(|t| t.biz_id == "O-1:REPAID" && t.from == Some(Status::Received))
-                {
-                    t.at_ms = first_end - 1;
-                }
+                start_repaid_at(s, first_end - 1);
             }),
             vec!["I5"],
         ),
