@@ -92,8 +92,8 @@ pub fn nothing_lost(snapshot: &Snapshot, expected: &Expected, report: &mut Repor
     let open_tickets: BTreeSet<&str> =
         snapshot.tickets.iter().filter(|t| t.state == TicketState::Open).map(|t| t.biz_id.as_str()).collect();
     for biz_id in &expected.orders {
-        if rows.get(biz_id.as_str()).is_some_and(|s| s.status == Status::Parked) {
-            let evidence = rows.get(biz_id.as_str()).and_then(|s| s.last_error.clone()).unwrap_or_default();
+        if let Some(saga) = rows.get(biz_id.as_str()).filter(|s| s.status == Status::Parked) {
+            let evidence = saga.last_error.clone().unwrap_or_default();
             violation(report, "I2", biz_id, "a valid order was parked as poison".into(), evidence);
         }
     }
@@ -122,15 +122,6 @@ pub fn nothing_lost(snapshot: &Snapshot, expected: &Expected, report: &mut Repor
 /// I3: DONE and ROLLED_BACK mean what they say, in every system; only a DONE saga has an
 /// outbox row or a published notification.
 pub fn consistent_end_states(snapshot: &Snapshot, effects: &LedgerEffects, report: &mut Report) {
-    // A saga with no row at all is I2's.
-    let status: BTreeMap<&str, Status> = snapshot.sagas.iter().map(|s| (s.biz_id.as_str(), s.status)).collect();
-    let outbox_rows = snapshot.outbox.iter().map(|(b, _)| (b.as_str(), "an outbox row"));
-    let notifications = snapshot.notifications.iter().flatten().map(|b| (b.as_str(), "a notification"));
-    for (biz_id, what) in outbox_rows.chain(notifications) {
-        if let Some(status) = status.get(biz_id).filter(|s| **s != Status::Done) {
-            violation(report, "I3", biz_id, format!("{what} for a saga that is {status}"), String::new());
-        }
-    }
     let orders: BTreeMap<&str, &midflight_store::OrderRow> =
         snapshot.orders.iter().map(|o| (o.biz_id.as_str(), o)).collect();
     let outbox: BTreeSet<&str> = snapshot.outbox.iter().map(|(b, _)| b.as_str()).collect();
@@ -168,6 +159,16 @@ pub fn consistent_end_states(snapshot: &Snapshot, effects: &LedgerEffects, repor
                 }
             }
             _ => {}
+        }
+        // A saga with no row at all is I2's.
+        if saga.status != Status::Done {
+            let status = saga.status;
+            if outbox.contains(id) {
+                violation(report, "I3", id, format!("an outbox row for a saga that is {status}"), String::new());
+            }
+            if notified.as_ref().is_some_and(|notified| notified.contains(id)) {
+                violation(report, "I3", id, format!("a notification for a saga that is {status}"), String::new());
+            }
         }
     }
 }
@@ -238,19 +239,19 @@ pub fn per_order_order(snapshot: &Snapshot, report: &mut Report) {
         // Each saga against every earlier one, not only the one before it: an earlier saga
         // that never started (parked) ends at once and would hide an overlap with the one
         // before it.
+        let ends: Vec<Option<i64>> = sagas
+            .iter()
+            .map(|saga| {
+                logs.get(saga.biz_id.as_str())
+                    .and_then(|log| log.iter().find(|t| t.to.is_terminal() && !t.is_takeover()).map(|t| t.at_ms))
+            })
+            .collect();
         for (n, &second) in sagas.iter().enumerate() {
             let started = logs.get(second.biz_id.as_str()).and_then(|log| {
                 log.iter().find(|t| t.from == Some(Status::Received) && t.to != Status::Parked).map(|t| t.at_ms)
             });
             let Some(started) = started else { continue };
-            let ended = |first: &Saga| {
-                logs.get(first.biz_id.as_str())
-                    .and_then(|log| log.iter().find(|t| t.to.is_terminal() && !t.is_takeover()).map(|t| t.at_ms))
-            };
-            let overlapping = sagas[..n]
-                .iter()
-                .map(|&first| (first, ended(first)))
-                .find(|(_, ended)| ended.is_none_or(|ended| ended > started));
+            let overlapping = sagas[..n].iter().zip(&ends).find(|(_, ended)| ended.is_none_or(|ended| ended > started));
             if let Some((first, ended)) = overlapping {
                 let evidence = format!("{} started at {started}, {} ended at {ended:?}", second.biz_id, first.biz_id);
                 let message = "started before an earlier saga of its order ended".into();
