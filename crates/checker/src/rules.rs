@@ -239,25 +239,52 @@ pub fn per_order_order(snapshot: &Snapshot, report: &mut Report) {
         // Each saga against every earlier one, not only the one before it: an earlier saga
         // that never started (parked) ends at once and would hide an overlap with the one
         // before it.
-        let ends: Vec<Option<i64>> = sagas
-            .iter()
-            .map(|saga| {
-                logs.get(saga.biz_id.as_str())
-                    .and_then(|log| log.iter().find(|t| t.to.is_terminal() && !t.is_takeover()).map(|t| t.at_ms))
-            })
-            .collect();
+        let runs: Vec<Run> = sagas.iter().map(|saga| Run::of(logs.get(saga.biz_id.as_str()))).collect();
         for (n, &second) in sagas.iter().enumerate() {
             let started = logs.get(second.biz_id.as_str()).and_then(|log| {
                 log.iter().find(|t| t.from == Some(Status::Received) && t.to != Status::Parked).map(|t| t.at_ms)
             });
             let Some(started) = started else { continue };
-            let overlapping = sagas[..n].iter().zip(&ends).find(|(_, ended)| ended.is_none_or(|ended| ended > started));
-            if let Some((first, ended)) = overlapping {
-                let evidence = format!("{} started at {started}, {} ended at {ended:?}", second.biz_id, first.biz_id);
-                let message = "started before an earlier saga of its order ended".into();
-                violation(report, "I5", &second.biz_id, message, evidence);
+            let overlapping =
+                sagas[..n].iter().zip(&runs).find(|(_, run)| run.ended.is_none_or(|ended| ended > started));
+            if let Some((first, run)) = overlapping {
+                let (message, evidence) = match run.sent_back {
+                    Some(back) if back >= started => (
+                        "an earlier saga of its order was sent back to automation after it started",
+                        format!("{} started at {started}, {} sent back at {back}", second.biz_id, first.biz_id),
+                    ),
+                    _ => (
+                        "started before an earlier saga of its order ended",
+                        format!("{} started at {started}, {} ended at {:?}", second.biz_id, first.biz_id, run.ended),
+                    ),
+                };
+                violation(report, "I5", &second.biz_id, message.into(), evidence);
             }
         }
+    }
+}
+
+/// When a saga last ran, from its log.
+struct Run {
+    /// When it last reached a terminal state from a running one: its first terminal state,
+    /// or, after an operator sent it back to automation, the one it reached after that.
+    /// `None` while it runs (or without a log).
+    ended: Option<i64>,
+    /// When an operator last sent it back from a terminal state (MANUAL_REVIEW) to automation.
+    sent_back: Option<i64>,
+}
+
+impl Run {
+    fn of(log: Option<&Vec<&Transition>>) -> Run {
+        let mut run = Run { ended: None, sent_back: None };
+        for t in log.into_iter().flatten().filter(|t| !t.is_takeover()) {
+            match (t.from.is_some_and(Status::is_terminal), t.to.is_terminal()) {
+                (false, true) => run.ended = Some(t.at_ms),
+                (true, false) => (run.ended, run.sent_back) = (None, Some(t.at_ms)),
+                _ => {}
+            }
+        }
+        run
     }
 }
 

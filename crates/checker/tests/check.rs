@@ -100,6 +100,35 @@ fn start_repaid_at(snapshot: &mut Snapshot, at_ms: i64) {
     }
 }
 
+/// When O-1's second saga started.
+fn repaid_start(snapshot: &Snapshot) -> i64 {
+    let start = snapshot.transitions.iter().find(|t| t.biz_id == "O-1:REPAID" && t.from == Some(Status::Received));
+    start.map(|t| t.at_ms).expect("start")
+}
+
+/// Rewrites O-1's first saga as one that stopped in MANUAL_REVIEW where its logistics step was
+/// confirmed, was sent back to LOGISTICS_REQUESTED by an operator at `back_ms`, and was
+/// confirmed and DONE at `done_ms`: a legal chain to the row's status and epoch.
+fn paid_sent_back(snapshot: &mut Snapshot, back_ms: i64, done_ms: i64) {
+    let done = last_row(snapshot, "O-1:PAID");
+    let mut log: Vec<&mut Transition> = snapshot.transitions.iter_mut().filter(|t| t.biz_id == "O-1:PAID").collect();
+    log.sort_by_key(|t| t.version);
+    let [.., confirmed, last] = &mut log[..] else { panic!("a short log") };
+    assert_eq!((confirmed.to, last.to), (Status::LogisticsConfirmed, Status::Done), "the chain this case rewrites");
+    confirmed.to = Status::ManualReview;
+    (last.from, last.to, last.actor, last.at_ms) =
+        (Some(Status::ManualReview), Status::LogisticsRequested, "operator:alice".into(), back_ms);
+    let again = Transition {
+        version: done.version + 1,
+        from: Some(Status::LogisticsRequested),
+        to: Status::LogisticsConfirmed,
+        at_ms: done_ms,
+        ..done.clone()
+    };
+    let finished = Transition { version: done.version + 2, at_ms: done_ms, ..done };
+    snapshot.transitions.extend([again, finished]);
+}
+
 fn saga_mut<'a>(snapshot: &'a mut Snapshot, biz_id: &str) -> &'a mut Saga {
     snapshot.sagas.iter_mut().find(|s| s.biz_id == biz_id).expect("saga in snapshot")
 }
@@ -287,6 +316,30 @@ async fn planted_violations_are_found(db: &TestDb) {
                 start_repaid_at(s, first_end - 1);
             }),
             vec!["I5"],
+        ),
+        (
+            "an earlier saga of an order sent back to automation after a later one started",
+            Box::new(|s, _| {
+                let started = repaid_start(s);
+                paid_sent_back(s, started + 1, started + 2);
+            }),
+            vec!["I5"],
+        ),
+        (
+            "an earlier saga of an order sent back before a later one started, ending after",
+            Box::new(|s, _| {
+                let started = repaid_start(s);
+                paid_sent_back(s, started - 1, started + 1);
+            }),
+            vec!["I5"],
+        ),
+        (
+            "an earlier saga of an order sent back and ended again before a later one started (no violation)",
+            Box::new(|s, _| {
+                let ended = first_end(s);
+                paid_sent_back(s, ended, ended);
+            }),
+            vec![],
         ),
         (
             "poison not parked",

@@ -161,10 +161,18 @@ async fn show(store: &Store, out: Out, biz_id: &str) -> anyhow::Result<Done> {
     }
     if saga.status == Status::ManualReview {
         println!(
-            "\nresolve: sagactl resolve {biz_id} --to DONE|ROLLED_BACK --version {v} --operator NAME --note TEXT\n\
-             retry:   sagactl retry {biz_id} --from WMS_REQUESTED|LOGISTICS_REQUESTED|WMS_REVERSING|LOGISTICS_CANCELLING --version {v} --operator NAME --note TEXT",
+            "\nresolve: sagactl resolve {biz_id} --to DONE|ROLLED_BACK --version {v} --operator NAME --note TEXT",
             v = saga.version
         );
+        match store.later_saga_of_order(&saga).await? {
+            None => println!(
+                "retry:   sagactl retry {biz_id} --from WMS_REQUESTED|LOGISTICS_REQUESTED|WMS_REVERSING|LOGISTICS_CANCELLING --version {v} --operator NAME --note TEXT",
+                v = saga.version
+            ),
+            Some((later, status)) => println!(
+                "retry:   not possible: a later saga of its order, {later} ({status}), is in the table; automation would run this one out of order"
+            ),
+        }
     }
     Ok(Done::Ok)
 }
@@ -313,6 +321,12 @@ async fn resolve(store: &Store, out: Out, biz_id: &str, to: Status, write: &Writ
                 "saga {biz_id} is {from}: only a MANUAL_REVIEW saga can be resolved or retried; nothing was written"
             );
             refuse(out, biz_id, &reason, Some(write.version), Some(from))
+        }
+        Err(midflight_store::Error::LaterSagaOfOrder { later, later_status, .. }) => {
+            let reason = format!(
+                "saga {biz_id} cannot go back to automation: a later saga of its order, {later} ({later_status}), is in the table and may have run already, and this one would run after it, out of the order's offset order; nothing was written. Settle it by hand and close it with `sagactl resolve {biz_id} --to DONE|ROLLED_BACK`"
+            );
+            refuse(out, biz_id, &reason, Some(write.version), Some(Status::ManualReview))
         }
         Err(error) => Err(error.into()),
     }

@@ -87,6 +87,7 @@ enum Command {
         write: WriteArgs,
     },
     /// Send a MANUAL_REVIEW saga back to an intent state: automation asks the downstream again.
+    /// Refused while a later saga of its order is in the table (it would run out of order).
     Retry {
         biz_id: String,
         /// The intent state to resume from: WMS_REQUESTED, LOGISTICS_REQUESTED, WMS_REVERSING or

@@ -155,6 +155,46 @@ async fn list_show_resolve_retry(db: &TestDb) {
 }
 both_engines!(list_show_resolve_and_retry, list_show_resolve_retry);
 
+async fn retry_behind_a_later_saga(db: &TestDb) {
+    let store = &db.store;
+    let review = in_review(store, "O-4", 4).await;
+    let now = store.now_ms().await.expect("clock");
+    let source = Source { topic: "orders".into(), partition: 0, offset: 5 };
+    let later =
+        Saga::received(&OrderEvent { event_type: "AMENDED".into(), ..event("O-4") }, source, now, now + 600_000);
+    store.insert_arrivals(&[later], "c1", 60_000, "consumer:c1").await.expect("insert");
+
+    let show = sagactl(db, &["show", &review.biz_id]).await.ok();
+    assert!(
+        show.stdout.contains("retry:   not possible: a later saga of its order, O-4:AMENDED (RECEIVED)"),
+        "{}",
+        show.stdout
+    );
+    assert!(show.stdout.contains("sagactl resolve"), "{}", show.stdout);
+    let version = review.version.to_string();
+    let retry = ["retry", &review.biz_id, "--from", "WMS_REQUESTED", "--version", &version, "--operator", "bob"];
+    let refused = sagactl(db, &[&retry[..], &["--note", "ask again"]].concat()).await;
+    assert_eq!(refused.code, REFUSED, "{}{}", refused.stdout, refused.stderr);
+    for needle in
+        ["a later saga of its order, O-4:AMENDED (RECEIVED)", "nothing was written", "sagactl resolve O-4:PAID"]
+    {
+        assert!(refused.stderr.contains(needle), "lacks {needle:?}: {}", refused.stderr);
+    }
+    let json = sagactl(db, &[&retry[..], &["--note", "ask again", "--json"]].concat()).await;
+    assert_eq!(json.code, REFUSED);
+    assert_eq!(
+        (json.json()["result"].as_str(), json.json()["current_status"].as_str()),
+        (Some("refused"), Some("MANUAL_REVIEW"))
+    );
+    let row = store.get(&review.biz_id).await.expect("get").expect("row");
+    assert_eq!((row.status, row.version), (Status::ManualReview, review.version), "nothing written");
+
+    let resolve = ["resolve", &review.biz_id, "--to", "ROLLED_BACK", "--version", &version, "--operator", "bob"];
+    sagactl(db, &[&resolve[..], &["--note", "undone by hand"]].concat()).await.ok();
+    assert_eq!(store.get(&review.biz_id).await.expect("get").expect("row").status, Status::RolledBack);
+}
+both_engines!(retry_keeps_the_orders_order, retry_behind_a_later_saga);
+
 async fn tickets_stuck_and_reconcile(db: &TestDb) {
     let store = &db.store;
     in_review(store, "O-2", 2).await;

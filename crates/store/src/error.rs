@@ -18,6 +18,13 @@ pub enum Error {
     Invalid(String),
     #[error("saga {biz_id}: {message}")]
     Group { biz_id: String, message: String },
+    /// An operator's send-back of a MANUAL_REVIEW saga to automation, refused because a later
+    /// saga of its order is in the table: driving the earlier one again would run it after
+    /// (or beside) that one, out of the order's offset order (I5). Nothing was written.
+    #[error(
+        "saga {biz_id}: a later saga of its order is in the table, {later} ({later_status}); sending it back to automation would run it out of order, so nothing was written"
+    )]
+    LaterSagaOfOrder { biz_id: String, later: String, later_status: String },
     /// A caller's own deadline passed with no answer (the statement's outcome is unknown).
     #[error("no answer from the database within {after_ms} ms during {operation}")]
     Unanswered { operation: &'static str, after_ms: u64 },

@@ -4,7 +4,7 @@
 //! the operator's name, and resolves the saga's open tickets in the same transaction.
 
 use midflight_model::{Change, Saga, Status};
-use sea_orm::{ConnectionTrait, Statement, Value};
+use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
 
 use crate::error::{Context, Error};
 use crate::row::{fit, signed};
@@ -14,6 +14,12 @@ impl Store {
     /// Moves a MANUAL_REVIEW saga to `to`, if it is still at `expected_version`. A move back to
     /// an intent state leaves the lease free and the backoff cleared, so the recovery worker
     /// picks it up at its next scan.
+    ///
+    /// A move back to an intent state is refused ([`Error::LaterSagaOfOrder`], nothing
+    /// written) while a later saga of the order on its partition is in the table, unless that
+    /// one is PARKED: a saga in MANUAL_REVIEW counts as finished for the order check, so the
+    /// later one may have run already, and automation would then drive the earlier one after
+    /// it (I5). Closing it as DONE or ROLLED_BACK is always allowed: it sends nothing.
     pub async fn resolve(
         &self,
         biz_id: &str,
@@ -60,6 +66,12 @@ impl Store {
             txn.rollback().await.during("roll back resolve", some)?;
             return Ok(Cas::Conflict);
         }
+        if !to.is_terminal()
+            && let Some((later, later_status)) = later_of_order(&txn, self.backend, &before).await?
+        {
+            txn.rollback().await.during("roll back resolve", some)?;
+            return Err(Error::LaterSagaOfOrder { biz_id: biz_id.to_owned(), later, later_status });
+        }
         let log = format!(
             "INSERT INTO saga_transition (biz_id, version, from_status, to_status, lease_epoch, actor, reason, at_ms) \
              VALUES (?, ?, ?, ?, ?, ?, ?, {now})"
@@ -86,4 +98,38 @@ impl Store {
         self.stats.write_committed();
         Ok(Cas::Applied(next))
     }
+
+    /// The first saga of `saga`'s order on its partition after it that is not PARKED, with its
+    /// status: what keeps a MANUAL_REVIEW saga from being sent back to automation.
+    pub async fn later_saga_of_order(&self, saga: &Saga) -> Result<Option<(String, String)>, Error> {
+        later_of_order(&self.db, self.backend, saga).await
+    }
+}
+
+/// [`Store::later_saga_of_order`] on `db`; [`Store::resolve`] reads it in its transaction after
+/// the row's own update: on SQLite that write holds the one write lock, so no saga can be
+/// inserted or started until the transaction ends.
+async fn later_of_order<C: ConnectionTrait>(
+    db: &C,
+    backend: DbBackend,
+    saga: &Saga,
+) -> Result<Option<(String, String)>, Error> {
+    let sql = "SELECT biz_id, status FROM saga WHERE order_no = ? AND src_partition = ? AND src_offset > ? \
+               AND src_topic = ? AND status <> ? ORDER BY src_offset LIMIT 1";
+    let values: Vec<Value> = vec![
+        saga.order_no.clone().into(),
+        saga.source.partition.into(),
+        saga.source.offset.into(),
+        saga.source.topic.clone().into(),
+        Status::Parked.as_str().into(),
+    ];
+    let some = Some(saga.biz_id.as_str());
+    let row = db
+        .query_one_raw(Statement::from_sql_and_values(backend, sql, values))
+        .await
+        .during("look for a later saga of the order", some)?;
+    let Some(row) = row else { return Ok(None) };
+    let later = row.try_get::<String>("", "biz_id").during("read the later saga's id", some)?;
+    let status = row.try_get::<String>("", "status").during("read the later saga's status", some)?;
+    Ok(Some((later, status)))
 }

@@ -783,6 +783,70 @@ async fn operator_is_refused_if_the_row_changed(db: &TestDb) {
 }
 both_engines!(operator_resolution, operator_is_refused_if_the_row_changed);
 
+/// Takes `saga` (fresh) past its first step into MANUAL_REVIEW with an open WMS ticket.
+async fn to_review(store: &Store, saga: &Saga) -> Saga {
+    let saga = &step(store, saga, Observation::Nothing).await;
+    let now = store.now_ms().await.expect("clock");
+    let change = Change {
+        ticket: Some(TicketDraft { step: Step::Wms, reason: "look".into(), evidence: "none".into() }),
+        ..Change::to(&[Status::ManualReview], "test")
+    };
+    store.write(saga, &change, now, LEASE_MS, "test").await.expect("write").applied().expect("applied")
+}
+
+/// A saga of another event of `order_no` at `offset`.
+async fn later_event(store: &Store, order_no: &str, event_type: &str, offset: i64) -> Saga {
+    let now = store.now_ms().await.expect("clock");
+    let source = Source { topic: "orders".into(), partition: 0, offset };
+    Saga::received(&event(order_no, event_type), source, now, now + 600_000)
+}
+
+async fn send_back_waits_for_no_later_saga(db: &TestDb) {
+    let store = &db.store;
+    let review = to_review(store, &arrive(store, received(store, "O-1", 1).await, "c1", LEASE_MS).await).await;
+    // Neither a parked later saga of the order, nor a later saga of another order or on another
+    // partition keeps it from automation.
+    let parked = arrive(store, later_event(store, "O-1", "AMENDED", 2).await, "c1", LEASE_MS).await;
+    let now = store.now_ms().await.expect("clock");
+    let parked = store.write(&parked, &Change::to(&[Status::Parked], "test"), now, LEASE_MS, "test").await;
+    assert_eq!(parked.expect("park").applied().map(|s| s.status), Some(Status::Parked));
+    arrive(store, received(store, "O-2", 3).await, "c1", LEASE_MS).await;
+    let mut elsewhere = later_event(store, "O-1", "CANCELLED", 4).await;
+    elsewhere.source.partition = 1;
+    arrive(store, elsewhere, "c1", LEASE_MS).await;
+    assert_eq!(store.later_saga_of_order(&review).await.expect("look"), None);
+    let back = store.resolve(&review.biz_id, review.version, Status::WmsRequested, "bob", "ask again").await;
+    assert_eq!(back.expect("resolve").applied().map(|s| s.status), Some(Status::WmsRequested));
+
+    // A later saga of its order is in the table: it may have run, so the earlier one stays with
+    // the operator, untouched, until closed by hand.
+    let review = to_review(store, &arrive(store, received(store, "O-3", 10).await, "c1", LEASE_MS).await).await;
+    let later = arrive(store, later_event(store, "O-3", "AMENDED", 11).await, "c1", LEASE_MS).await;
+    let expected = Some((later.biz_id.clone(), "RECEIVED".to_owned()));
+    assert_eq!(store.later_saga_of_order(&review).await.expect("look"), expected);
+    let log_before = store.transitions(&review.biz_id).await.expect("log").len();
+    for to in [Status::WmsRequested, Status::LogisticsRequested, Status::WmsReversing, Status::LogisticsCancelling] {
+        let refused = store.resolve(&review.biz_id, review.version, to, "bob", "ask again").await;
+        match refused {
+            Err(Error::LaterSagaOfOrder { biz_id, later: named, later_status }) => {
+                assert_eq!(
+                    (biz_id.as_str(), named.as_str(), later_status.as_str()),
+                    (review.biz_id.as_str(), later.biz_id.as_str(), "RECEIVED")
+                );
+            }
+            other => panic!("send-back to {to} beside a later saga: {other:?}"),
+        }
+    }
+    let row = store.get(&review.biz_id).await.expect("get").expect("row");
+    assert_eq!((row.status, row.version), (Status::ManualReview, review.version), "nothing written");
+    assert_eq!(store.transitions(&review.biz_id).await.expect("log").len(), log_before);
+    assert_eq!(store.tickets_of(&review.biz_id).await.expect("tickets")[0].state, TicketState::Open);
+    let closed = store.resolve(&review.biz_id, review.version, Status::RolledBack, "bob", "undone by hand").await;
+    assert_eq!(closed.expect("resolve").applied().map(|s| s.status), Some(Status::RolledBack));
+    assert_eq!(store.tickets_of(&review.biz_id).await.expect("tickets")[0].state, TicketState::Resolved);
+}
+both_engines!(operator_send_back_keeps_order, send_back_waits_for_no_later_saga);
+
 async fn outbox_claims_do_not_overlap(db: &TestDb) {
     let store = &db.store;
     for n in 0..5 {
