@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use midflight_model::{Saga, Status, Step, request_id};
-use midflight_store::{TicketState, Transition};
+use midflight_store::{OPERATOR_ACTOR, TicketState, Transition};
 
 use crate::effects::{Effects, replay};
 use crate::{Expected, Report, Snapshot, Violation};
@@ -196,6 +196,19 @@ pub fn fenced_owners(snapshot: &Snapshot, report: &mut Report) {
     }
     for (biz_id, log) in logs {
         let mut previous: Option<&Transition> = None;
+        // Who wrote under each epoch: the holder that took it (or the arrival's), alone. An
+        // operator's write names the epoch it found and leaves the lease free.
+        let mut holders: BTreeMap<u64, &Transition> = BTreeMap::new();
+        for row in log.iter().filter(|t| !t.actor.starts_with(OPERATOR_ACTOR)) {
+            let holder = *holders.entry(row.lease_epoch).or_insert(row);
+            if holder.actor != row.actor {
+                let evidence = format!(
+                    "epoch {}: {} at v{}, {} at v{}",
+                    row.lease_epoch, holder.actor, holder.version, row.actor, row.version
+                );
+                violation(report, "I4", biz_id, "two actors wrote under one epoch".into(), evidence);
+            }
+        }
         for row in log {
             if let Some(before) = previous {
                 let message = if row.lease_epoch < before.lease_epoch {

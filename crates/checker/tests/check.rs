@@ -270,6 +270,17 @@ async fn planted_violations_are_found(db: &TestDb) {
             }),
             vec!["I4"],
         ),
+        (
+            "a write under the holder's epoch by another actor",
+            Box::new(move |s, _| {
+                let last = last_row(s, done);
+                let row = s.transitions.iter_mut().find(|t| t.biz_id == done && t.version == last.version - 1);
+                let row = row.expect("a row before the last");
+                assert_eq!(row.lease_epoch, last.lease_epoch, "the case needs two rows under one epoch");
+                row.actor = "recovery:zombie".into();
+            }),
+            vec!["I4"],
+        ),
         ("a saga row without a log", Box::new(move |s, _| s.transitions.retain(|t| t.biz_id != done)), vec!["I4"]),
         (
             "a row whose epoch its log never reached",

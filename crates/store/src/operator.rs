@@ -10,6 +10,9 @@ use crate::error::{Context, Error};
 use crate::row::{fit, signed};
 use crate::{Cas, Store, dialect};
 
+/// What an operator's writes are logged as, before the operator's name: `operator:<name>`.
+pub const OPERATOR_ACTOR: &str = "operator:";
+
 impl Store {
     /// Moves a MANUAL_REVIEW saga to `to`, if it is still at `expected_version`. A move back to
     /// an intent state leaves the lease free and the backoff cleared, so the recovery worker
@@ -41,7 +44,7 @@ impl Store {
         let now_ms = self.now_ms().await?;
         let mut next = change.apply_by_operator(&before, now_ms)?;
         next.next_attempt_at_ms = 0;
-        let actor = format!("operator:{operator}");
+        let actor = format!("{OPERATOR_ACTOR}{operator}");
         let some = Some(biz_id);
         let txn = self.begin("begin resolve", some).await?;
         let now = dialect::now_ms(self.backend);
