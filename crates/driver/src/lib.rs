@@ -118,7 +118,10 @@ impl<D: Downstream> Driver<D> {
 
     /// The biz_id of an earlier unfinished saga of the same order, if `saga` must wait for it.
     /// Only a saga that has not started can be made to wait: once started, its predecessors
-    /// were already finished (terminal states are final for automation).
+    /// were already finished. Terminal states are final for automation, and an operator's
+    /// send-back of a MANUAL_REVIEW saga is refused while a later saga of its order is in the
+    /// table ([`Store::resolve`]; on MySQL a send-back whose transaction overlaps the inbox
+    /// transaction that wrote a later saga's row can still slip through: design.md, Gaps).
     pub async fn blocked_by(&self, saga: &Saga) -> Result<Option<String>, midflight_store::Error> {
         if saga.status != Status::Received {
             return Ok(None);
@@ -153,8 +156,11 @@ impl<D: Downstream> Driver<D> {
     /// [`Driver::drive`] for a fresh inbox row. With `order_checked` the caller asked the store,
     /// in the transaction that inserted the row, whether an earlier saga of its order is unfinished
     /// ([`Store::maybe_blocked`], one query per batch) and the answer was no; the drive then
-    /// skips that same question per saga. The answer cannot go stale: earlier offsets of a
-    /// partition are inserted before later ones, so no earlier saga appears afterwards.
+    /// skips that same question per saga. The answer does not go stale: earlier offsets of a
+    /// partition are inserted before later ones, so no earlier saga appears afterwards, and an
+    /// earlier saga in MANUAL_REVIEW is not sent back to automation once this row is in the
+    /// table ([`Store::resolve`]; on MySQL a send-back whose transaction overlaps this row's
+    /// inbox transaction can: design.md, Gaps).
     pub async fn drive_fresh(&self, saga: Saga, leased_at: Instant, order_checked: bool) -> Outcome {
         self.drive_from(saga, leased_at, order_checked, None).await
     }

@@ -69,12 +69,6 @@ impl Store {
             txn.rollback().await.during("roll back resolve", some)?;
             return Ok(Cas::Conflict);
         }
-        if !to.is_terminal()
-            && let Some((later, later_status)) = later_of_order(&txn, self.backend, &before).await?
-        {
-            txn.rollback().await.during("roll back resolve", some)?;
-            return Err(Error::LaterSagaOfOrder { biz_id: biz_id.to_owned(), later, later_status });
-        }
         let log = format!(
             "INSERT INTO saga_transition (biz_id, version, from_status, to_status, lease_epoch, actor, reason, at_ms) \
              VALUES (?, ?, ?, ?, ?, ?, ?, {now})"
@@ -97,6 +91,13 @@ impl Store {
         txn.execute_raw(Statement::from_sql_and_values(self.backend, close, values))
             .await
             .during("resolve tickets", some)?;
+        // Read last, just before the commit, to keep the window it leaves on MySQL short.
+        if !to.is_terminal()
+            && let Some((later, later_status)) = later_of_order(&txn, self.backend, &before).await?
+        {
+            txn.rollback().await.during("roll back resolve", some)?;
+            return Err(Error::LaterSagaOfOrder { biz_id: biz_id.to_owned(), later, later_status });
+        }
         txn.commit().await.during("commit resolve", some)?;
         self.stats.write_committed();
         Ok(Cas::Applied(next))
@@ -110,8 +111,10 @@ impl Store {
 }
 
 /// [`Store::later_saga_of_order`] on `db`; [`Store::resolve`] reads it in its transaction after
-/// the row's own update: on SQLite that write holds the one write lock, so no saga can be
-/// inserted or started until the transaction ends.
+/// its writes: on SQLite the first of them took the one write lock, so no saga can be inserted
+/// or started until the transaction ends. On MySQL this is a plain read, as is the order check
+/// of a later saga's inbox transaction: when the two transactions overlap, neither may see the
+/// other's write, and the later saga can start beside the earlier one (design.md, Gaps).
 async fn later_of_order<C: ConnectionTrait>(
     db: &C,
     backend: DbBackend,

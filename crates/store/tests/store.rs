@@ -814,6 +814,9 @@ async fn send_back_waits_for_no_later_saga(db: &TestDb) {
     let mut elsewhere = later_event(store, "O-1", "CANCELLED", 4).await;
     elsewhere.source.partition = 1;
     arrive(store, elsewhere, "c1", LEASE_MS).await;
+    let mut other_topic = later_event(store, "O-1", "REFUNDED", 5).await;
+    other_topic.source.topic = "orders-retry".into();
+    arrive(store, other_topic, "c1", LEASE_MS).await;
     assert_eq!(store.later_saga_of_order(&review).await.expect("look"), None);
     let back = store.resolve(&review.biz_id, review.version, Status::WmsRequested, "bob", "ask again").await;
     assert_eq!(back.expect("resolve").applied().map(|s| s.status), Some(Status::WmsRequested));
