@@ -57,8 +57,10 @@ async fn dispatch(store: &Store, config: &RecoveryConfig, out: Out, command: Com
             tickets(store, out, store.tickets(state, limit).await?).await
         }
         Command::Ticket { biz_id } => ticket(store, out, &biz_id).await,
-        Command::Resolve { biz_id, to, write } => resolve(store, out, &biz_id, to, &write).await,
-        Command::Retry { biz_id, from, write } => resolve(store, out, &biz_id, from, &write).await,
+        Command::Resolve { biz_id, to, tracking_no, write } => {
+            resolve(store, out, &biz_id, to, tracking_no.as_deref(), &write).await
+        }
+        Command::Retry { biz_id, from, write } => resolve(store, out, &biz_id, from, None, &write).await,
         Command::CloseTicket { key, step, operator, note } => {
             close_ticket(store, out, &key, &step, &operator, &note).await
         }
@@ -160,8 +162,9 @@ async fn show(store: &Store, out: Out, biz_id: &str) -> anyhow::Result<Done> {
         print!("{}", ticket_table(&tickets, now).render());
     }
     if saga.status == Status::ManualReview {
+        let done = if saga.tracking_no.is_some() { "DONE [--tracking-no T]" } else { "DONE --tracking-no T" };
         println!(
-            "\nresolve: sagactl resolve {biz_id} --to DONE|ROLLED_BACK --version {v} --operator NAME --note TEXT",
+            "\nresolve: sagactl resolve {biz_id} --to {done}|ROLLED_BACK --version {v} --operator NAME --note TEXT",
             v = saga.version
         );
         match store.later_saga_of_order(&saga).await? {
@@ -291,8 +294,15 @@ async fn ticket(store: &Store, out: Out, key: &str) -> anyhow::Result<Done> {
     Ok(Done::Ok)
 }
 
-async fn resolve(store: &Store, out: Out, biz_id: &str, to: Status, write: &WriteArgs) -> anyhow::Result<Done> {
-    let result = store.resolve(biz_id, write.version, to, &write.operator, &write.note).await;
+async fn resolve(
+    store: &Store,
+    out: Out,
+    biz_id: &str,
+    to: Status,
+    tracking_no: Option<&str>,
+    write: &WriteArgs,
+) -> anyhow::Result<Done> {
+    let result = store.resolve(biz_id, write.version, to, tracking_no, &write.operator, &write.note).await;
     match result {
         Ok(Cas::Applied(saga)) => {
             if out.json {
@@ -327,6 +337,10 @@ async fn resolve(store: &Store, out: Out, biz_id: &str, to: Status, write: &Writ
                 "saga {biz_id} cannot go back to automation: a later saga of its order, {later} ({later_status}), is in the table and may have run already, and this one would run after it, out of the order's offset order; nothing was written. Settle it by hand and close it with `sagactl resolve {biz_id} --to DONE|ROLLED_BACK`"
             );
             refuse(out, biz_id, &reason, Some(write.version), Some(Status::ManualReview))
+        }
+        Err(midflight_store::Error::Invalid(reason)) => {
+            let current = store.get(biz_id).await?;
+            refuse(out, biz_id, &reason, current.as_ref().map(|s| s.version), current.map(|s| s.status))
         }
         Err(error) => Err(error.into()),
     }

@@ -77,12 +77,17 @@ enum Command {
     },
     /// The tickets of one saga (or of an `orphan:<request id>` key), with their evidence.
     Ticket { biz_id: String },
-    /// Close a MANUAL_REVIEW saga as DONE or ROLLED_BACK after fixing things by hand.
+    /// Close a MANUAL_REVIEW saga as DONE or ROLLED_BACK after fixing things by hand. DONE marks
+    /// the order shipped and queues its notification; ROLLED_BACK marks the order reversed.
     Resolve {
         biz_id: String,
         /// DONE or ROLLED_BACK: what the saga really ended as, after the manual fix.
         #[arg(long, value_parser = parse_resolution)]
         to: Status,
+        /// With DONE: the shipment's tracking number, for the order and the notification.
+        /// Needed unless the saga has one (a given one replaces it).
+        #[arg(long, value_parser = parse_tracking_no)]
+        tracking_no: Option<String>,
         #[command(flatten)]
         write: WriteArgs,
     },
@@ -178,6 +183,15 @@ fn parse_operator(text: &str) -> Result<String, String> {
         return Err(format!("operator must be a name of 1..={OPERATOR_LEN_MAX} characters without spaces"));
     }
     Ok(name.to_owned())
+}
+
+fn parse_tracking_no(text: &str) -> Result<String, String> {
+    let tracking_no = text.trim();
+    let max = midflight_store::TRACKING_NO_LEN_MAX;
+    if tracking_no.is_empty() || tracking_no.chars().count() > max || tracking_no.chars().any(char::is_whitespace) {
+        return Err(format!("a tracking number is 1..={max} characters without spaces"));
+    }
+    Ok(tracking_no.to_owned())
 }
 
 fn parse_note(text: &str) -> Result<String, String> {

@@ -107,7 +107,7 @@ async fn list_show_resolve_retry(db: &TestDb) {
     assert_eq!(statuses, vec!["MANUAL_REVIEW", "MANUAL_REVIEW"]);
 
     let show = sagactl(db, &["show", &review.biz_id]).await.ok();
-    for needle in ["timeline", "WMS_REQUESTED", "MANUAL_REVIEW", "wms can no longer reverse", "sagactl resolve"] {
+    for needle in ["timeline", "WMS_REQUESTED", "MANUAL_REVIEW", "wms can no longer reverse", "--to DONE --tracking-no T|"] {
         assert!(show.stdout.contains(needle), "show lacks {needle:?}:\n{}", show.stdout);
     }
     let shown = sagactl(db, &["show", &review.biz_id, "--json"]).await.ok().json();
@@ -124,8 +124,20 @@ async fn list_show_resolve_retry(db: &TestDb) {
     assert_eq!(store.get(&review.biz_id).await.expect("get").expect("row").version, review.version);
 
     let version = review.version.to_string();
-    let applied = sagactl(db, &[&resolve[..], &["--version", &version, "--json"]].concat()).await.ok().json();
+    // DONE needs the shipment's tracking number: the order and the notification carry it.
+    let untracked = sagactl(db, &[&resolve[..], &["--version", &version]].concat()).await;
+    assert_eq!(untracked.code, REFUSED, "{}{}", untracked.stdout, untracked.stderr);
+    assert!(untracked.stderr.contains("needs the shipment's"), "{}", untracked.stderr);
+    assert!(untracked.stderr.contains("nothing was written"), "{}", untracked.stderr);
+    let spaced = sagactl(db, &[&resolve[..], &["--version", &version, "--tracking-no", "TRK 9"]].concat()).await;
+    assert_eq!(spaced.code, 2, "a tracking number has no spaces: {}", spaced.stderr);
+    let tracked = [&resolve[..], &["--version", &version, "--tracking-no", "TRK-9", "--json"]].concat();
+    let applied = sagactl(db, &tracked).await.ok().json();
     assert_eq!((applied["result"].as_str(), applied["saga"]["status"].as_str()), (Some("applied"), Some("DONE")));
+    assert_eq!(applied["saga"]["tracking_no"].as_str(), Some("TRK-9"), "{applied}");
+    let order = store.order_row(&review.biz_id).await.expect("read").expect("order row");
+    assert_eq!((order.status.as_str(), order.tracking_no.as_deref()), ("SHIPPED", Some("TRK-9")));
+    assert_eq!(store.outbox_rows().await.expect("outbox"), vec![(review.biz_id.clone(), false)]);
     let log = store.transitions(&review.biz_id).await.expect("log");
     let last = log.last().expect("log row");
     assert_eq!((last.to, last.actor.as_str()), (Status::Done, "operator:alice"));

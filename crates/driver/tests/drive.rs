@@ -281,7 +281,7 @@ async fn reversal_refused(db: &TestDb) {
 
     // An operator retries the reversal; it is refused again: still one ticket.
     let review = db.store.get(&saga.biz_id).await.expect("get").expect("row");
-    let resolved = db.store.resolve(&saga.biz_id, review.version, Status::WmsReversing, "alice", "retry").await;
+    let resolved = db.store.resolve(&saga.biz_id, review.version, Status::WmsReversing, None, "alice", "retry").await;
     assert!(resolved.expect("resolve").is_applied());
     assert_eq!(finished(&resume(&recovery, &saga.biz_id).await), Status::ManualReview);
     let tickets = db.store.tickets_of(&saga.biz_id).await.expect("tickets");

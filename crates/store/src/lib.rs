@@ -57,7 +57,7 @@ pub use error::Error;
 pub use finding::{FindingTicket, LOGISTICS_LEDGER_STEP, TicketOutcome, WMS_LEDGER_STEP};
 pub use inbox::{Arrival, Received};
 pub use lookup::{LedgerView, ViewPage};
-pub use operator::OPERATOR_ACTOR;
+pub use operator::{OPERATOR_ACTOR, TRACKING_NO_LEN_MAX};
 pub use outbox::OutboxMessage;
 pub use purge::Purged;
 pub use read::{OrderRow, Transition};

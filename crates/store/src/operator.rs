@@ -1,10 +1,13 @@
 //! Operator actions on MANUAL_REVIEW sagas: close them as DONE or ROLLED_BACK after fixing
 //! things by hand, or send them back to an intent state for automation to resolve by query.
 //! Each is a CAS on the version the operator looked at, recorded in the transition log with
-//! the operator's name, and resolves the saga's open tickets in the same transaction.
+//! the operator's name, and resolves the saga's open tickets in the same transaction. A close
+//! writes what automation's would in that transaction: DONE marks the business row SHIPPED
+//! with the shipment's tracking number and queues the notification (I3); ROLLED_BACK marks
+//! the business row REVERSED.
 
 use midflight_model::{Change, Saga, Status};
-use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, Statement, Value};
 
 use crate::error::{Context, Error};
 use crate::row::{fit, signed};
@@ -12,6 +15,9 @@ use crate::{Cas, Store, dialect};
 
 /// What an operator's writes are logged as, before the operator's name: `operator:<name>`.
 pub const OPERATOR_ACTOR: &str = "operator:";
+
+/// The longest tracking number the tables hold (`VARCHAR(64)`).
+pub const TRACKING_NO_LEN_MAX: usize = 64;
 
 impl Store {
     /// Moves a MANUAL_REVIEW saga to `to`, if it is still at `expected_version`. A move back to
@@ -23,11 +29,15 @@ impl Store {
     /// one is PARKED: a saga in MANUAL_REVIEW counts as finished for the order check, so the
     /// later one may have run already, and automation would then drive the earlier one after
     /// it (I5). Closing it as DONE or ROLLED_BACK is always allowed: it sends nothing.
+    ///
+    /// DONE needs the shipment's tracking number: `tracking_no`, or the one the saga has (a
+    /// given one replaces it). A tracking number with any other target is refused.
     pub async fn resolve(
         &self,
         biz_id: &str,
         expected_version: u64,
         to: Status,
+        tracking_no: Option<&str>,
         operator: &str,
         note: &str,
     ) -> Result<Cas<Saga>, Error> {
@@ -44,18 +54,42 @@ impl Store {
         let now_ms = self.now_ms().await?;
         let mut next = change.apply_by_operator(&before, now_ms)?;
         next.next_attempt_at_ms = 0;
+        match (to, tracking_no) {
+            (Status::Done, Some(given)) => {
+                let given = given.trim();
+                if given.is_empty() || given.chars().count() > TRACKING_NO_LEN_MAX {
+                    return Err(Error::Invalid(format!(
+                        "a tracking number is 1..={TRACKING_NO_LEN_MAX} characters; nothing was written"
+                    )));
+                }
+                next.tracking_no = Some(given.to_owned());
+            }
+            (Status::Done, None) if before.tracking_no.is_none() => {
+                return Err(Error::Invalid(format!(
+                    "saga {biz_id} has no tracking number: closing it as DONE needs the shipment's; nothing was written"
+                )));
+            }
+            (Status::Done, None) => {}
+            (_, Some(_)) => {
+                return Err(Error::Invalid(format!(
+                    "a tracking number is given only when closing as DONE, not {to}; nothing was written"
+                )));
+            }
+            (_, None) => {}
+        }
         let actor = format!("{OPERATOR_ACTOR}{operator}");
         let some = Some(biz_id);
         let txn = self.begin("begin resolve", some).await?;
         let now = dialect::now_ms(self.backend);
         let sql = format!(
             "UPDATE saga SET status = ?, version = ?, last_error = ?, next_attempt_at_ms = 0, attempts = 0, \
-             intent_at_ms = ?, updated_at_ms = ?, lease_until_ms = {now} WHERE biz_id = ? AND version = ?"
+             tracking_no = ?, intent_at_ms = ?, updated_at_ms = ?, lease_until_ms = {now} WHERE biz_id = ? AND version = ?"
         );
         let values: Vec<Value> = vec![
             next.status.as_str().into(),
             signed(next.version).into(),
             next.last_error.as_deref().map(|e| fit(e, 1024)).into(),
+            next.tracking_no.clone().into(),
             next.intent_at_ms.into(),
             next.updated_at_ms.into(),
             biz_id.into(),
@@ -91,6 +125,7 @@ impl Store {
         txn.execute_raw(Statement::from_sql_and_values(self.backend, close, values))
             .await
             .during("resolve tickets", some)?;
+        self.close_business(&txn, &next).await?;
         // Read last, just before the commit, to keep the window it leaves on MySQL short.
         if !to.is_terminal()
             && let Some((later, later_status)) = later_of_order(&txn, self.backend, &before).await?
@@ -101,6 +136,56 @@ impl Store {
         txn.commit().await.during("commit resolve", some)?;
         self.stats.write_committed();
         Ok(Cas::Applied(next))
+    }
+
+    /// What an operator's close writes beside the saga row, as automation's would: for DONE the
+    /// business row SHIPPED with `next`'s tracking number (inserted first if step 1's write is
+    /// missing) and the notification's outbox row; for ROLLED_BACK the business row REVERSED.
+    async fn close_business(&self, txn: &DatabaseTransaction, next: &Saga) -> Result<(), Error> {
+        let some = Some(next.biz_id.as_str());
+        let run = |sql: String, values: Vec<Value>| Statement::from_sql_and_values(self.backend, sql, values);
+        match next.status {
+            Status::Done => {
+                let amount_cents = next.order().map(|order| order.amount_cents).unwrap_or(0);
+                let insert = format!(
+                    "INSERT INTO orders (biz_id, order_no, event_type, status, amount_cents, tracking_no, created_at_ms, \
+                     updated_at_ms) VALUES (?, ?, ?, 'FULFILLING', ?, NULL, ?, ?){}",
+                    dialect::on_conflict_do_nothing(self.backend, "biz_id")
+                );
+                let values: Vec<Value> = vec![
+                    next.biz_id.clone().into(),
+                    next.order_no.clone().into(),
+                    next.event_type.clone().into(),
+                    amount_cents.into(),
+                    next.updated_at_ms.into(),
+                    next.updated_at_ms.into(),
+                ];
+                txn.execute_raw(run(insert, values)).await.during("write business row", some)?;
+                let ship = "UPDATE orders SET status = 'SHIPPED', tracking_no = ?, updated_at_ms = ? WHERE biz_id = ?";
+                let values: Vec<Value> =
+                    vec![next.tracking_no.clone().into(), next.updated_at_ms.into(), next.biz_id.clone().into()];
+                txn.execute_raw(run(ship.to_owned(), values)).await.during("mark business row shipped", some)?;
+                let outbox = format!(
+                    "INSERT INTO outbox (biz_id, payload, trace_context, created_at_ms, relay_owner, relay_until_ms, \
+                     published_at_ms) VALUES (?, ?, ?, ?, NULL, 0, NULL){}",
+                    dialect::on_conflict_do_nothing(self.backend, "biz_id")
+                );
+                let values: Vec<Value> = vec![
+                    next.biz_id.clone().into(),
+                    crate::transition::notification(next).into(),
+                    next.trace_context.clone().into(),
+                    next.updated_at_ms.into(),
+                ];
+                txn.execute_raw(run(outbox, values)).await.during("write outbox row", some)?;
+            }
+            Status::RolledBack => {
+                let reverse = "UPDATE orders SET status = 'REVERSED', updated_at_ms = ? WHERE biz_id = ?";
+                let values: Vec<Value> = vec![next.updated_at_ms.into(), next.biz_id.clone().into()];
+                txn.execute_raw(run(reverse.to_owned(), values)).await.during("write business row", some)?;
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
     /// The first saga of `saga`'s order on its partition after it that is not PARKED, with its

@@ -488,14 +488,7 @@ impl Store {
         let rows: Vec<[Value; 4]> = sagas
             .iter()
             .map(|saga| {
-                let payload = serde_json::json!({
-                    "kind": "ORDER_SHIPPED",
-                    "biz_id": saga.biz_id,
-                    "order_no": saga.order_no,
-                    "event_type": saga.event_type,
-                    "tracking_no": saga.tracking_no,
-                })
-                .to_string();
+                let payload = notification(saga);
                 [
                     saga.biz_id.clone().into(),
                     payload.into(),
@@ -561,6 +554,18 @@ impl Pad {
         }
         chunks
     }
+}
+
+/// A DONE saga's notification, as its outbox row carries it.
+pub(crate) fn notification(saga: &Saga) -> String {
+    serde_json::json!({
+        "kind": "ORDER_SHIPPED",
+        "biz_id": saga.biz_id,
+        "order_no": saga.order_no,
+        "event_type": saga.event_type,
+        "tracking_no": saga.tracking_no,
+    })
+    .to_string()
 }
 
 #[cfg(test)]

@@ -742,8 +742,10 @@ async fn tickets_are_one_per_step_and_carry_evidence(db: &TestDb) {
     assert!(ticket.evidence["answer"].as_str().is_some_and(|a| a.contains("window passed")));
 
     // The operator sends it back to be retried; it fails the same way: the same ticket reopens.
-    let retried =
-        store.resolve(&saga.biz_id, review.version, Status::WmsReversing, "alice", "retry").await.expect("resolve");
+    let retried = store
+        .resolve(&saga.biz_id, review.version, Status::WmsReversing, None, "alice", "retry")
+        .await
+        .expect("resolve");
     let retried = retried.applied().expect("resolved");
     assert_eq!(store.tickets(Some(TicketState::Open), 10).await.expect("tickets").len(), 0);
     let retried =
@@ -763,7 +765,7 @@ async fn operator_is_refused_if_the_row_changed(db: &TestDb) {
     let saga = step(store, &saga, Observation::Nothing).await;
     // Not in MANUAL_REVIEW: operators cannot move it.
     let error =
-        store.resolve(&saga.biz_id, saga.version, Status::Done, "bob", "done").await.expect_err("not reviewable");
+        store.resolve(&saga.biz_id, saga.version, Status::Done, None, "bob", "done").await.expect_err("not reviewable");
     assert!(matches!(error, Error::Model(_)), "{error:?}");
     let now = store.now_ms().await.expect("clock");
     let change = Change {
@@ -772,16 +774,60 @@ async fn operator_is_refused_if_the_row_changed(db: &TestDb) {
     };
     let review = store.write(&saga, &change, now, LEASE_MS, "test").await.expect("write").applied().expect("applied");
     assert_eq!(
-        store.resolve(&saga.biz_id, review.version - 1, Status::Done, "bob", "x").await.expect("resolve"),
+        store.resolve(&saga.biz_id, review.version - 1, Status::Done, None, "bob", "x").await.expect("resolve"),
         Cas::Conflict
     );
     let done = store
-        .resolve(&saga.biz_id, review.version, Status::RolledBack, "bob", "reversed by hand")
+        .resolve(&saga.biz_id, review.version, Status::RolledBack, None, "bob", "reversed by hand")
         .await
         .expect("resolve");
     assert_eq!(done.applied().map(|s| s.status), Some(Status::RolledBack));
 }
 both_engines!(operator_resolution, operator_is_refused_if_the_row_changed);
+
+/// An operator's close writes what automation's would: DONE marks the order SHIPPED with the
+/// shipment's tracking number and queues the notification; ROLLED_BACK marks the order
+/// REVERSED. DONE without a tracking number, or a tracking number with anything else, is
+/// refused with nothing written.
+async fn operator_closes_like_automation(db: &TestDb) {
+    let store = &db.store;
+    let shipped = to_review(store, &arrive(store, received(store, "O-1", 1).await, "c1", LEASE_MS).await).await;
+    let undone = to_review(store, &arrive(store, received(store, "O-2", 2).await, "c1", LEASE_MS).await).await;
+    assert_eq!(store.order_row(&shipped.biz_id).await.expect("read").map(|o| o.status), Some("FULFILLING".into()));
+    let refused = [
+        (&shipped, Status::Done, None),
+        (&shipped, Status::Done, Some(" ")),
+        (&shipped, Status::Done, Some(&*"T".repeat(65))),
+        (&undone, Status::RolledBack, Some("TRK-2")),
+        (&undone, Status::WmsRequested, Some("TRK-2")),
+    ];
+    for (saga, to, tracking_no) in refused {
+        let result = store.resolve(&saga.biz_id, saga.version, to, tracking_no, "bob", "by hand").await;
+        assert!(matches!(result, Err(Error::Invalid(_))), "{to} {tracking_no:?}: {result:?}");
+        let row = store.get(&saga.biz_id).await.expect("get").expect("row");
+        assert_eq!((row.status, row.version), (Status::ManualReview, saga.version), "nothing written");
+    }
+    assert!(store.outbox_rows().await.expect("outbox").is_empty());
+
+    let done = store.resolve(&shipped.biz_id, shipped.version, Status::Done, Some("TRK-1"), "bob", "shipped by hand");
+    let done = done.await.expect("resolve").applied().expect("applied");
+    assert_eq!((done.status, done.tracking_no.as_deref()), (Status::Done, Some("TRK-1")));
+    let row = store.get(&shipped.biz_id).await.expect("get").expect("row");
+    assert_eq!(row.tracking_no.as_deref(), Some("TRK-1"));
+    let order = store.order_row(&shipped.biz_id).await.expect("read").expect("order row");
+    assert_eq!((order.status.as_str(), order.tracking_no.as_deref()), ("SHIPPED", Some("TRK-1")));
+    let claimed = store.claim_outbox("relay", 10, LEASE_MS).await.expect("claim");
+    assert_eq!(claimed.len(), 1, "{claimed:?}");
+    let payload: serde_json::Value = serde_json::from_str(&claimed[0].payload).expect("json");
+    assert_eq!((payload["biz_id"].as_str(), payload["tracking_no"].as_str()), (Some(&*shipped.biz_id), Some("TRK-1")));
+
+    let back = store.resolve(&undone.biz_id, undone.version, Status::RolledBack, None, "bob", "undone by hand").await;
+    assert_eq!(back.expect("resolve").applied().map(|s| s.status), Some(Status::RolledBack));
+    let order = store.order_row(&undone.biz_id).await.expect("read").expect("order row");
+    assert_eq!(order.status, "REVERSED");
+    assert_eq!(store.outbox_rows().await.expect("outbox").len(), 1, "no notification for a rolled-back saga");
+}
+both_engines!(operator_close, operator_closes_like_automation);
 
 /// Takes `saga` (fresh) past its first step into MANUAL_REVIEW with an open WMS ticket.
 async fn to_review(store: &Store, saga: &Saga) -> Saga {
@@ -818,7 +864,7 @@ async fn send_back_waits_for_no_later_saga(db: &TestDb) {
     other_topic.source.topic = "orders-retry".into();
     arrive(store, other_topic, "c1", LEASE_MS).await;
     assert_eq!(store.later_saga_of_order(&review).await.expect("look"), None);
-    let back = store.resolve(&review.biz_id, review.version, Status::WmsRequested, "bob", "ask again").await;
+    let back = store.resolve(&review.biz_id, review.version, Status::WmsRequested, None, "bob", "ask again").await;
     assert_eq!(back.expect("resolve").applied().map(|s| s.status), Some(Status::WmsRequested));
 
     // A later saga of its order is in the table: it may have run, so the earlier one stays with
@@ -829,7 +875,7 @@ async fn send_back_waits_for_no_later_saga(db: &TestDb) {
     assert_eq!(store.later_saga_of_order(&review).await.expect("look"), expected);
     let log_before = store.transitions(&review.biz_id).await.expect("log").len();
     for to in [Status::WmsRequested, Status::LogisticsRequested, Status::WmsReversing, Status::LogisticsCancelling] {
-        let refused = store.resolve(&review.biz_id, review.version, to, "bob", "ask again").await;
+        let refused = store.resolve(&review.biz_id, review.version, to, None, "bob", "ask again").await;
         match refused {
             Err(Error::LaterSagaOfOrder { biz_id, later: named, later_status }) => {
                 assert_eq!(
@@ -844,7 +890,7 @@ async fn send_back_waits_for_no_later_saga(db: &TestDb) {
     assert_eq!((row.status, row.version), (Status::ManualReview, review.version), "nothing written");
     assert_eq!(store.transitions(&review.biz_id).await.expect("log").len(), log_before);
     assert_eq!(store.tickets_of(&review.biz_id).await.expect("tickets")[0].state, TicketState::Open);
-    let closed = store.resolve(&review.biz_id, review.version, Status::RolledBack, "bob", "undone by hand").await;
+    let closed = store.resolve(&review.biz_id, review.version, Status::RolledBack, None, "bob", "undone by hand").await;
     assert_eq!(closed.expect("resolve").applied().map(|s| s.status), Some(Status::RolledBack));
     assert_eq!(store.tickets_of(&review.biz_id).await.expect("tickets")[0].state, TicketState::Resolved);
 }
