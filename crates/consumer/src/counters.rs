@@ -41,6 +41,9 @@ counters! {
     received,
     /// Poison messages parked (and copied to the dead-letter topic).
     parked,
+    /// Of `parked`, those whose dead-letter copy can never be delivered (too large for the
+    /// producer or the topic, the topic missing or not writable): the row is the only copy.
+    dead_letter_failed,
     /// Batches made durable in the inbox.
     batches,
     /// Messages whose row was new: this process drives them.

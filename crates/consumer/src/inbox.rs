@@ -2,13 +2,19 @@
 //! RECEIVED saga (with its trace context), a poison one a PARKED saga with its error plus a
 //! copy on the dead-letter topic. The copies are delivered before the batch is written, so by
 //! the time an offset is committed both the row and the copy exist (I6: the partition moves on,
-//! nothing is silently dropped).
+//! nothing is silently dropped). A copy that can never be delivered (too large for the
+//! producer, the topic missing or not writable) does not hold the partition: its row is
+//! parked all the same, saying so, and counted (`dead_letter_failed`). A parked row keeps at
+//! most [`PAYLOAD_BYTES_MAX`] bytes of the payload, so a huge poison message cannot make the
+//! inbox statement too large for the database.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::future::join_all;
+use midflight_model::limits::PAYLOAD_BYTES_MAX;
 use midflight_model::{OrderEvent, PayloadError, Saga, Source};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
 
@@ -97,12 +103,65 @@ pub(crate) fn arrive(message: &Incoming, now_ms: i64, saga_deadline_ms: i64) -> 
             Arrived { saga, poison: None }
         }
         Err(error) => {
-            let payload = String::from_utf8_lossy(&message.payload).into_owned();
-            let mut saga = Saga::parked(message.source(), payload, &error, now_ms);
+            let payload = String::from_utf8_lossy(&message.payload);
+            let kept = cut(&payload, PAYLOAD_BYTES_MAX);
+            let mut saga = Saga::parked(message.source(), kept.to_owned(), &error, now_ms);
+            if kept.len() < payload.len() {
+                let note = format!(
+                    "; the row keeps the first {} bytes of the payload as text ({} bytes as received), the dead-letter copy all of it",
+                    kept.len(),
+                    message.payload.len()
+                );
+                saga.last_error.get_or_insert_default().push_str(&note);
+            }
             saga.trace_context = message.traceparent.clone();
             Arrived { saga, poison: Some(error) }
         }
     }
+}
+
+/// The longest prefix of `text` of at most `bytes` bytes that ends on a character boundary.
+fn cut(text: &str, bytes: usize) -> &str {
+    let mut end = bytes.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// A dead-letter copy that cannot be delivered however often it is tried.
+#[derive(Debug, Clone)]
+pub(crate) struct CopyFailed {
+    /// Index of the poison message in the slice given to [`dead_letter`].
+    pub poison: usize,
+    pub error: KafkaError,
+}
+
+/// Whether `error`, failing a dead-letter copy, would fail it again: the copy is too large
+/// for the producer or the topic, the topic does not exist or may not be written, or the
+/// broker refuses the record as it is. Anything else (timeouts, brokers down) may pass later.
+pub(crate) fn undeliverable(error: &KafkaError) -> bool {
+    use RDKafkaErrorCode::{
+        ClusterAuthorizationFailed, InvalidMessage, InvalidMessageSize, InvalidRecord, InvalidTopic,
+        MessageBatchTooLarge, MessageSizeTooLarge, PolicyViolation, TopicAuthorizationFailed, UnknownTopic,
+        UnknownTopicOrPartition,
+    };
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            MessageSizeTooLarge
+                | InvalidMessageSize
+                | MessageBatchTooLarge
+                | InvalidRecord
+                | InvalidMessage
+                | UnknownTopic
+                | UnknownTopicOrPartition
+                | InvalidTopic
+                | TopicAuthorizationFailed
+                | ClusterAuthorizationFailed
+                | PolicyViolation
+        )
+    )
 }
 
 /// One past the highest offset of each partition in `batch`: what to commit once it is durable.
@@ -117,8 +176,13 @@ pub(crate) fn next_offsets(batch: &[Incoming]) -> BTreeMap<Partition, i64> {
 
 /// Delivers a copy of each poison message to `topic`, with its error in a header, and waits
 /// for every acknowledgement. Copies are keyed like the original, so a replay tool can put the
-/// repaired message back on the same partition.
-pub(crate) async fn dead_letter(producer: &Producer, topic: &str, poison: &[Poison<'_>]) -> Result<(), Error> {
+/// repaired message back on the same partition. Returns the copies that can never be
+/// delivered ([`undeliverable`]); any other failure fails the call, and the batch is tried again.
+pub(crate) async fn dead_letter(
+    producer: &Producer,
+    topic: &str,
+    poison: &[Poison<'_>],
+) -> Result<Vec<CopyFailed>, Error> {
     let mut deliveries = Vec::with_capacity(poison.len());
     for Poison { message, saga, error } in poison {
         let error = error.to_string();
@@ -138,8 +202,23 @@ pub(crate) async fn dead_letter(producer: &Producer, topic: &str, poison: &[Pois
         // is bounded by the producer's `message.timeout.ms`.
         deliveries.push(producer.send(record, Duration::from_secs(1)));
     }
-    for (Poison { message, saga, error }, delivery) in poison.iter().zip(join_all(deliveries).await) {
+    let mut failed = Vec::new();
+    for (n, (Poison { message, saga, error }, delivery)) in poison.iter().zip(join_all(deliveries).await).enumerate() {
         if let Err((source, _)) = delivery {
+            if undeliverable(&source) {
+                tracing::error!(
+                    topic = %message.topic,
+                    partition = message.partition,
+                    offset = message.offset,
+                    biz_id = %saga.biz_id,
+                    dead_letter_topic = topic,
+                    %error,
+                    copy_error = %source,
+                    "poison message parked without its dead-letter copy, which cannot be delivered"
+                );
+                failed.push(CopyFailed { poison: n, error: source });
+                continue;
+            }
             let message = Box::new(message.reference(&saga.biz_id));
             return Err(Error::DeadLetter { message, dead_letter_topic: topic.to_owned(), source });
         }
@@ -152,7 +231,7 @@ pub(crate) async fn dead_letter(producer: &Producer, topic: &str, poison: &[Pois
             "poison message parked and copied to the dead-letter topic"
         );
     }
-    Ok(())
+    Ok(failed)
 }
 
 /// The header's value as a trace context, if it plausibly is one.
@@ -187,6 +266,40 @@ mod tests {
         let poison = arrive(&message(8, "{not json"), 1_000, 60_000);
         assert_eq!((poison.saga.biz_id.as_str(), poison.saga.status.as_str()), ("parked:orders:3:8", "PARKED"));
         assert!(poison.saga.last_error.as_deref().is_some_and(|e| e.contains("not a valid order event")));
+    }
+
+    #[test]
+    fn a_parked_row_keeps_at_most_a_payloads_limit() {
+        let small = arrive(&message(8, "{not json"), 1_000, 60_000);
+        assert_eq!(small.saga.payload, "{not json");
+        assert!(!small.saga.last_error.as_deref().unwrap_or_default().contains("keeps the first"));
+        // Two-byte characters straddle the limit: the row ends on a whole one.
+        let text = format!("a{}", "é".repeat(PAYLOAD_BYTES_MAX));
+        let big = arrive(&message(9, &text), 1_000, 60_000);
+        assert_eq!(big.saga.payload, format!("a{}", "é".repeat(PAYLOAD_BYTES_MAX / 2 - 1)));
+        let error = big.saga.last_error.unwrap_or_default();
+        assert!(error.contains("over the limit") && error.contains("keeps the first 65535 bytes"), "{error}");
+        assert_eq!(cut("aé", 2), "a");
+        assert_eq!(cut("aé", 3), "aé");
+        assert_eq!(cut("", 5), "");
+    }
+
+    #[test]
+    fn only_copies_that_cannot_pass_later_are_undeliverable() {
+        use rdkafka::types::RDKafkaErrorCode as Code;
+        let produce = |code| KafkaError::MessageProduction(code);
+        for code in [
+            Code::MessageSizeTooLarge,
+            Code::UnknownTopic,
+            Code::UnknownTopicOrPartition,
+            Code::TopicAuthorizationFailed,
+        ] {
+            assert!(undeliverable(&produce(code)), "{code:?}");
+        }
+        for code in [Code::MessageTimedOut, Code::AllBrokersDown, Code::RequestTimedOut, Code::NotEnoughReplicas] {
+            assert!(!undeliverable(&produce(code)), "{code:?}");
+        }
+        assert!(!undeliverable(&KafkaError::Canceled));
     }
 
     #[test]

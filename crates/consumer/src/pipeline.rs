@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::ConsumerSection;
 use crate::counters::Counters;
 use crate::error::Error;
-use crate::inbox::{self, Incoming, Poison};
+use crate::inbox::{self, CopyFailed, Incoming, Poison};
 use crate::kafka::{Client, Partition, Producer, Throttle};
 use crate::scheduler::{Ended, Job, JobKind, Scheduler};
 
@@ -48,6 +48,12 @@ use crate::scheduler::{Ended, Job, JobKind, Scheduler};
 /// process; five (3 s) stopped both consumers of the database-loss scenario when its 5 s cut
 /// met a batch being written.
 const BATCH_ATTEMPTS_MAX: u32 = 8;
+/// A batch takes no more messages once their payloads reach this many bytes. A row keeps at
+/// most [`midflight_model::limits::PAYLOAD_BYTES_MAX`] (64 KiB) of its payload, and the inbox
+/// insert pads its rows to a power of two by repeating the row with the shortest payload, which
+/// adds at most as many bytes again: one statement carries at most about 4 MiB of payloads,
+/// below MariaDB's default `max_allowed_packet` (16 MiB) and MySQL 8's (64 MiB).
+const BATCH_PAYLOAD_BYTES_MAX: usize = 2 * 1024 * 1024;
 /// First wait between attempts; doubled each time.
 const BATCH_BACKOFF_BASE: Duration = Duration::from_millis(200);
 /// Longest wait between two attempts.
@@ -115,6 +121,8 @@ pub(crate) struct Durable {
     /// Database-clock reading taken just before the batch was parsed.
     now_ms: i64,
     parked: HashSet<String>,
+    /// Of `parked`, the rows whose dead-letter copy can never be delivered.
+    copies_failed: usize,
     /// Fresh rows whose order may have an earlier unfinished saga: their drivers ask again
     /// when they start; the others skip the question (one query for the batch instead).
     maybe_blocked: HashSet<String>,
@@ -195,20 +203,25 @@ impl<D: Downstream> Pipeline<D> {
     /// is being written (`batch_linger_idle_ms` while none is; both 0 by default: only what has
     /// already been fetched), up to `batch_max` or the room left below `in_flight_max`, whichever is
     /// less: a batch never carries the in-flight count far past its bound (only a message
-    /// already fetched when the partitions were paused can).
+    /// already fetched when the partitions were paused can). Nor does it take more once its
+    /// payloads reach [`BATCH_PAYLOAD_BYTES_MAX`].
     async fn collect(&self, first: Incoming) -> Vec<Incoming> {
         let room = self.settings.in_flight_max.saturating_sub(self.scheduler.len() + self.pending_messages());
         let size_max = room.clamp(1, self.settings.batch_max);
         let mut batch = Vec::with_capacity(size_max);
+        let mut bytes = first.payload.len();
         batch.push(first);
         let linger_ms =
             if self.pending.is_empty() { self.settings.batch_linger_idle_ms } else { self.settings.batch_linger_ms };
         // A deadline already reached still takes the messages that are ready: `timeout_at`
         // polls `recv` before it looks at the clock.
         let linger_until = tokio::time::Instant::now() + Duration::from_millis(linger_ms);
-        while batch.len() < size_max {
+        while batch.len() < size_max && bytes < BATCH_PAYLOAD_BYTES_MAX {
             match tokio::time::timeout_at(linger_until, recv(&self.consumer)).await {
-                Ok(Ok(message)) => batch.push(message),
+                Ok(Ok(message)) => {
+                    bytes += message.payload.len();
+                    batch.push(message);
+                }
                 Ok(Err(error)) => self.consumer_error(&error),
                 Err(_) => break,
             }
@@ -310,6 +323,7 @@ impl<D: Downstream> Pipeline<D> {
         self.commit(&batch.next);
         Counters::add(&self.counters.batches, 1);
         Counters::add(&self.counters.parked, durable.parked.len() as u64);
+        Counters::add(&self.counters.dead_letter_failed, durable.copies_failed as u64);
         crate::telemetry::arrived(Status::Parked, durable.parked.len());
         for arrival in &durable.arrivals {
             if let Arrival::Fresh(saga) = arrival
@@ -339,7 +353,7 @@ impl<D: Downstream> Pipeline<D> {
     }
 
     fn schedule(&mut self, durable: Durable) {
-        let Durable { arrivals, leased_at, now_ms, parked, maybe_blocked, mut opened } = durable;
+        let Durable { arrivals, leased_at, now_ms, parked, maybe_blocked, mut opened, .. } = durable;
         for arrival in arrivals {
             match arrival {
                 Arrival::Fresh(saga) => {
@@ -501,8 +515,21 @@ impl Writer {
             .iter()
             .map(|p| Poison { message: &batch[p.message], saga: &sagas[p.saga], error: &p.error })
             .collect();
-        inbox::dead_letter(&self.producer, &self.dead_letter_topic, &poison).await?;
+        let failed = inbox::dead_letter(&self.producer, &self.dead_letter_topic, &poison).await?;
         let parked = poison.iter().map(|p| p.saga.biz_id.clone()).collect();
+        // A copy that can never be delivered does not hold the batch: its row says so.
+        let noted: Vec<Saga>;
+        let sagas = if failed.is_empty() {
+            sagas
+        } else {
+            let mut copy = sagas.to_vec();
+            for CopyFailed { poison: n, error } in &failed {
+                let note = format!("; its dead-letter copy to {} cannot be delivered: {error}", self.dead_letter_topic);
+                copy[poisoned[*n].saga].last_error.get_or_insert_default().push_str(&note);
+            }
+            noted = copy;
+            &noted
+        };
         let Received { arrivals, maybe_blocked, opened } =
             self.store.receive(sagas, &self.owner, self.lease_ms, &self.actor, now_ms, &self.openings).await?;
         // Each opened saga with the call its drive starts with; its step counted as a drive's
@@ -517,7 +544,7 @@ impl Writer {
             }
         }
         let opened = calls;
-        Ok(Durable { arrivals, leased_at, now_ms, parked, maybe_blocked, opened })
+        Ok(Durable { arrivals, leased_at, now_ms, parked, copies_failed: failed.len(), maybe_blocked, opened })
     }
 }
 

@@ -563,6 +563,45 @@ async fn poison_between_good(db: &TestDb) {
 }
 both_engines!(poison_is_parked_and_the_partition_moves_on, poison_between_good);
 
+/// A poison message whose dead-letter copy can never be delivered (here larger than the
+/// producer's `message.max.bytes`) does not hold its partition: its row is parked, saying so
+/// and keeping only the first 64 KiB of the payload, it is counted, and the messages after it
+/// are processed and committed.
+async fn undeliverable_copy(db: &TestDb) {
+    let harness = Harness::start(MockOptions::default()).await;
+    let goods = orders("U", 2);
+    let on_zero = |mut record: Record| {
+        record.partition = Some(0);
+        record
+    };
+    let huge = on_zero(Record { payload: vec![0xff; 100_000], ..Record::default() });
+    let records = vec![on_zero(record(&goods[0])), huge, on_zero(record(&goods[1]))];
+    let placed = harness.produce(&records).await;
+    let mut config = harness.config("g", "c1");
+    config.kafka.properties.insert("message.max.bytes".into(), "50000".into());
+    let consumer = harness.start_consumer(config, &db.store);
+    eventually("good sagas DONE, the huge poison parked", || async {
+        let s = consumer.snapshot();
+        if s.done == 2 && s.parked == 1 { Ok(()) } else { Err(consumer.report()) }
+    })
+    .await;
+    let counted = consumer.snapshot();
+    consumer.stop().await;
+    assert_eq!(counted.dead_letter_failed, 1, "{counted:?}");
+
+    let parked = saga(&db.store, &format!("parked:{ORDERS}:{}:{}", placed[1].0, placed[1].1)).await;
+    assert_eq!(parked.status, Status::Parked);
+    let error = parked.last_error.clone().unwrap_or_default();
+    for needle in ["over the limit", "first 65535 bytes of the payload as text (100000 bytes", "cannot be delivered"] {
+        assert!(error.contains(needle), "lacks {needle:?}: {error}");
+    }
+    assert_eq!(parked.payload, "\u{fffd}".repeat(65_536 / 3), "the payload's first 64 KiB as text, whole characters");
+    let copies = harness.kafka.read_topic(&harness.dead_letters, WAIT).await.expect("read the dead-letter topic");
+    assert!(copies.is_empty(), "no copy: {copies:?}");
+    harness.assert_all_committed("g").await;
+}
+both_engines!(an_undeliverable_dead_letter_copy_does_not_hold_the_partition, undeliverable_copy);
+
 async fn expired_lease_redelivered(db: &TestDb) {
     let harness = Harness::start(MockOptions::default()).await;
     let order = event("X-1", "PAID");

@@ -107,7 +107,9 @@ async fn list_show_resolve_retry(db: &TestDb) {
     assert_eq!(statuses, vec!["MANUAL_REVIEW", "MANUAL_REVIEW"]);
 
     let show = sagactl(db, &["show", &review.biz_id]).await.ok();
-    for needle in ["timeline", "WMS_REQUESTED", "MANUAL_REVIEW", "wms can no longer reverse", "--to DONE --tracking-no T|"] {
+    for needle in
+        ["timeline", "WMS_REQUESTED", "MANUAL_REVIEW", "wms can no longer reverse", "--to DONE --tracking-no T|"]
+    {
         assert!(show.stdout.contains(needle), "show lacks {needle:?}:\n{}", show.stdout);
     }
     let shown = sagactl(db, &["show", &review.biz_id, "--json"]).await.ok().json();

@@ -72,6 +72,16 @@ pub fn padded<T: Clone>(mut values: Vec<T>) -> Vec<T> {
     values
 }
 
+/// [`padded`], repeating the value of least `weight` instead of the last: for rows whose sizes
+/// differ, so a large row is never the one repeated (the inbox's rows, by payload: a batch of
+/// 129 rows whose last is 64 KiB would otherwise send 127 more copies of it).
+pub fn padded_by_least<T: Clone>(mut values: Vec<T>, weight: impl Fn(&T) -> usize) -> Vec<T> {
+    if let Some(least) = values.iter().min_by_key(|value| weight(value)).cloned() {
+        values.resize(values.len().next_power_of_two(), least);
+    }
+    values
+}
+
 /// Prepared statements kept per connection. The store's statements have a bounded set of
 /// shapes (power-of-two row counts and list lengths), about 140 in all (the inbox's first read
 /// pads two lists, up to 45 pairs of lengths within a batch of 256); this keeps
@@ -93,5 +103,18 @@ mod tests {
             assert_eq!(&padded[..n], &values[..]);
             assert!(padded[n..].iter().all(|v| Some(v) == values.last()), "{n}: only the last value repeats");
         }
+    }
+
+    #[test]
+    fn padding_by_least_repeats_the_lightest_value() {
+        for n in 1..=70_usize {
+            // Weights fall, then rise: the lightest value is in the middle, never first or last.
+            let values: Vec<usize> = (0..n).map(|i| i.abs_diff(n / 2) + 1).collect();
+            let padded = padded_by_least(values.clone(), |v| *v);
+            assert!(padded.len().is_power_of_two() && padded.len() < 2 * n, "{n}: {}", padded.len());
+            assert_eq!(&padded[..n], &values[..]);
+            assert!(padded[n..].iter().all(|v| *v == 1), "{n}: only the lightest repeats: {padded:?}");
+        }
+        assert!(padded_by_least(Vec::<usize>::new(), |v| *v).is_empty());
     }
 }

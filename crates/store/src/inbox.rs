@@ -127,11 +127,12 @@ impl Store {
         lease_ms: i64,
         actor: &str,
     ) -> Result<DatabaseTransaction, Error> {
-        // A power-of-two number of rows (the last one repeated: a repeat is a conflict, which
-        // inserts nothing), so the two statements keep a few shapes that stay prepared on every
-        // connection (`dialect::padded` says why). Splitting the batch into power-of-two chunks
-        // instead cost a round trip per chunk, which on this box took longer than the padding.
-        let rows = dialect::padded(sagas.iter().map(|saga| (saga, None)).collect());
+        // A power-of-two number of rows (the one with the shortest payload repeated: a repeat is
+        // a conflict, which inserts nothing), so the two statements keep a few shapes that stay
+        // prepared on every connection (`dialect::padded` says why). Splitting the batch into
+        // power-of-two chunks instead cost a round trip per chunk, which on this box took
+        // longer than the padding.
+        let rows = dialect::padded_by_least(sagas.iter().map(|saga| (saga, None)).collect(), shortest);
         let (insert, log) = self.arrival_statements(&rows, owner, lease_ms, actor);
         let txn = self.begin("begin inbox insert", None).await?;
         txn.execute_raw(insert).await.during("insert inbox rows", None)?;
@@ -299,7 +300,10 @@ impl Store {
             before.lease = Lease { owner_id: Some(owner.to_owned()), epoch: 1, until_ms: now_ms + lease_ms };
             members.insert(saga.biz_id.as_str(), Member::first_step(before, change, now_ms, lease_ms, actor)?);
         }
-        let rows = dialect::padded(sagas.iter().map(|saga| (saga, members.get(saga.biz_id.as_str()))).collect());
+        let rows = dialect::padded_by_least(
+            sagas.iter().map(|saga| (saga, members.get(saga.biz_id.as_str()))).collect(),
+            shortest,
+        );
         let (insert, log) = self.arrival_statements(&rows, owner, lease_ms, actor);
         txn.execute_raw(insert).await.during("insert inbox rows", None)?;
         // A row found but unreadable is not this insert's: the general path reports it.
@@ -530,4 +534,9 @@ async fn give_up(txn: DatabaseTransaction) -> Result<Option<Received>, Error> {
 /// leased to `owner`.
 fn fresh_row(stored: &Saga, owner: &str) -> bool {
     stored.lease.owner_id.as_deref() == Some(owner) && stored.version == 0 && stored.status == Status::Received
+}
+
+/// A padded inbox row's weight: its payload's length (the padding repeats the lightest row).
+fn shortest<T>(row: &(&Saga, T)) -> usize {
+    row.0.payload.len()
 }
