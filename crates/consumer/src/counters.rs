@@ -39,6 +39,10 @@ macro_rules! counters {
 counters! {
     /// Messages taken from Kafka.
     received,
+    /// Errors the Kafka client reported instead of a message (fetch and broker trouble,
+    /// which it retries by itself, or a message it could not decode); each is logged, at most
+    /// one line per 5 s.
+    kafka_errors,
     /// Poison messages parked (and copied to the dead-letter topic).
     parked,
     /// Of `parked`, those whose dead-letter copy can never be delivered (too large for the

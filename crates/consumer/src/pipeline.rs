@@ -232,6 +232,7 @@ impl<D: Downstream> Pipeline<D> {
 
     /// librdkafka reports fetch and broker trouble through `recv`; it retries by itself.
     fn consumer_error(&self, error: &rdkafka::error::KafkaError) {
+        Counters::add(&self.counters.kafka_errors, 1);
         if let Some(held_back) = self.errors.admit() {
             tracing::warn!(owner = %self.owner, %error, held_back, "kafka consumer error");
         }

@@ -602,6 +602,50 @@ async fn undeliverable_copy(db: &TestDb) {
 }
 both_engines!(an_undeliverable_dead_letter_copy_does_not_hold_the_partition, undeliverable_copy);
 
+/// Order topics written by producers with each of Kafka's compression codecs are read: the
+/// client is built with every codec (zstd needs its own library).
+async fn compressed(db: &TestDb) {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+
+    let harness = Harness::start(MockOptions::default()).await;
+    let codecs = ["gzip", "snappy", "lz4", "zstd"];
+    let events = orders("Z", codecs.len() * 3);
+    for (codec, chunk) in codecs.iter().zip(events.chunks(3)) {
+        let producer: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", harness.kafka.bootstrap_servers())
+            .set("compression.type", *codec)
+            .set("linger.ms", "20")
+            .create()
+            .unwrap_or_else(|error| panic!("a producer compressing with {codec}: {error}"));
+        let sends = chunk.iter().map(|event| {
+            let payload = event.to_json();
+            let producer = producer.clone();
+            let (topic, key) = (harness.orders.clone(), event.order_no.clone());
+            async move {
+                let record = FutureRecord::to(&topic).key(&key).payload(&payload);
+                producer.send(record, Duration::from_secs(5)).await.map_err(|(error, _)| error)
+            }
+        });
+        for delivered in futures::future::join_all(sends).await {
+            let delivered = delivered.unwrap_or_else(|error| panic!("{codec}: {error}"));
+            let mut produced = harness.produced.lock().expect("produced offsets");
+            let end = produced.entry(delivered.partition).or_default();
+            *end = (*end).max(delivered.offset + 1);
+        }
+    }
+    let consumer = harness.start_consumer(harness.config("g", "c1"), &db.store);
+    eventually("every saga DONE", || async {
+        let s = consumer.snapshot();
+        if s.done == events.len() as u64 { Ok(()) } else { Err(consumer.report()) }
+    })
+    .await;
+    let snapshot = consumer.stop().await;
+    assert_eq!((snapshot.received, snapshot.parked, snapshot.kafka_errors), (events.len() as u64, 0, 0));
+    harness.assert_all_committed("g").await;
+}
+both_engines!(compressed_order_topics_are_read, compressed);
+
 async fn expired_lease_redelivered(db: &TestDb) {
     let harness = Harness::start(MockOptions::default()).await;
     let order = event("X-1", "PAID");
