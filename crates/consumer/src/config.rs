@@ -139,8 +139,10 @@ pub struct RelaySection {
     pub enabled: bool,
     /// Rows claimed and published per round.
     pub batch_max: usize,
-    /// How long a claim protects rows from other relays. Longer than `delivery_timeout_ms`,
-    /// so a claim never runs out under a delivery still in progress.
+    /// How long a claim protects rows from other relays. At least `delivery_timeout_ms` plus
+    /// [`RELAY_CLAIM_MARGIN_MS`] (the wait for room in the producer's queue and the statements
+    /// around a delivery), so a claim does not run out under a delivery still in progress,
+    /// which another relay would then make again.
     pub claim_ms: i64,
     /// How long the relay sleeps when the outbox is empty. A saga finished by this process
     /// wakes it, so this only bounds the delay for rows written elsewhere.
@@ -151,6 +153,17 @@ pub struct RelaySection {
     /// (`batch_max` rows) is followed at once. A notification waits at most this much longer.
     pub linger_ms: u64,
 }
+
+/// What a relay claim must last beyond `delivery_timeout_ms`: up to a second waiting for room
+/// in the producer's queue, and the claimed rows' read and the mark, with room to spare.
+pub const RELAY_CLAIM_MARGIN_MS: u64 = 5_000;
+
+/// Producer settings `kafka.properties` may not change: the dead-letter copies and the
+/// notifications are delivered at least once only by an idempotent producer waiting for every
+/// in-sync replica (`acks=all`, which idempotence implies), within `consumer.delivery_timeout_ms`,
+/// which the relay's claims and the batch retries are sized by.
+pub const PRODUCER_FIXED: [&str; 5] =
+    ["enable.idempotence", "acks", "request.required.acks", "message.timeout.ms", "delivery.timeout.ms"];
 
 /// Longest relay linger: notifications are late by up to this.
 pub const RELAY_LINGER_MS_MAX: u64 = 1_000;
@@ -226,9 +239,9 @@ impl RelaySection {
         if !(1..=rows_max).contains(&self.batch_max) {
             problems.push(format!("{at}.batch_max must be in 1..={rows_max}, got {}", self.batch_max));
         }
-        if u64::try_from(self.claim_ms).unwrap_or(0) <= delivery_timeout_ms {
+        if u64::try_from(self.claim_ms).unwrap_or(0) < delivery_timeout_ms.saturating_add(RELAY_CLAIM_MARGIN_MS) {
             problems.push(format!(
-                "{at}.claim_ms ({}) must exceed delivery_timeout_ms ({delivery_timeout_ms}), so a claim outlives a delivery",
+                "{at}.claim_ms ({}) must be at least delivery_timeout_ms ({delivery_timeout_ms}) plus {RELAY_CLAIM_MARGIN_MS}, so a claim outlives a delivery",
                 self.claim_ms
             ));
         }
@@ -255,6 +268,11 @@ impl Config for ConsumerConfig {
         problems.extend(self.rules.wms.problems("rules.wms"));
         problems.extend(self.rules.logistics.problems("rules.logistics"));
         problems.extend(retry_problems(&self.rules, "rules.retry"));
+        for key in self.kafka.properties.keys().filter(|key| PRODUCER_FIXED.contains(&key.as_str())) {
+            problems.push(format!(
+                "kafka.properties.{key} may not be set for the consumer: its producer delivers dead-letter copies and notifications idempotently, to every in-sync replica, within consumer.delivery_timeout_ms (set that instead of a timeout)"
+            ));
+        }
         problems
     }
 }
@@ -306,9 +324,37 @@ mod tests {
         assert!(text.contains("consumer.resume_below (1500) must be below in_flight_max (0)"), "{text}");
         assert!(text.contains("consumer.batch_max must be in 1..=500"), "{text}");
         assert!(text.contains("consumer.batches_in_flight must be in 1..=16"), "{text}");
-        assert!(text.contains("consumer.relay.claim_ms (5000) must exceed delivery_timeout_ms (10000)"), "{text}");
+        assert!(
+            text.contains("consumer.relay.claim_ms (5000) must be at least delivery_timeout_ms (10000) plus 5000"),
+            "{text}"
+        );
         assert!(text.contains("consumer.relay.linger_ms must be at most 1000, got 5000"), "{text}");
         assert!(text.contains("runtime.worker_threads must be at most 256 (0: one per core), got 257"), "{text}");
         assert_eq!(problems.len(), 7, "{text}");
+
+        // A claim just longer than a delivery is not enough: the wait for the producer's
+        // queue and the statements around it come on top.
+        let mut config = ConsumerConfig::default();
+        config.consumer.relay.claim_ms = 14_999;
+        assert_eq!(config.problems().len(), 1, "{:?}", config.problems());
+        config.consumer.relay.claim_ms = 15_000;
+        assert_eq!(config.problems(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn the_producers_guarantees_cannot_be_configured_away() {
+        let mut config = ConsumerConfig::default();
+        for (key, value) in [("acks", "0"), ("enable.idempotence", "false"), ("message.timeout.ms", "600000")] {
+            config.kafka.properties.insert(key.to_owned(), value.to_owned());
+        }
+        config.kafka.properties.insert("statistics.interval.ms".to_owned(), "0".to_owned());
+        let problems = config.problems();
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        for key in ["acks", "enable.idempotence", "message.timeout.ms"] {
+            assert!(
+                problems.iter().any(|p| p.starts_with(&format!("kafka.properties.{key} may not be set"))),
+                "{problems:?}"
+            );
+        }
     }
 }
