@@ -910,7 +910,8 @@ async fn outbox_claims_do_not_overlap(db: &TestDb) {
         .await;
     }
     let a = store.claim_outbox("relay-a", 3, 60_000).await.expect("claim");
-    let b = store.claim_outbox("relay-b", 10, 60_000).await.expect("claim");
+    // b's claims run out at once: as a relay that died, or whose delivery outlived its claim.
+    let b = store.claim_outbox("relay-b", 10, 1).await.expect("claim");
     assert_eq!((a.len(), b.len()), (3, 2));
     assert!(a.iter().all(|m| b.iter().all(|n| n.biz_id != m.biz_id)), "claims are disjoint");
     let payload: serde_json::Value = serde_json::from_str(&a[0].payload).expect("json");
@@ -919,6 +920,22 @@ async fn outbox_claims_do_not_overlap(db: &TestDb) {
     assert_eq!(store.mark_published("relay-b", &ids).await.expect("mark"), 0, "only the claimant marks");
     assert_eq!(store.mark_published("relay-a", &ids).await.expect("mark"), 3);
     assert_eq!(store.outbox_pending().await.expect("pending"), 2);
+
+    // A claim that ran out is taken by another relay, which publishes the rows again (at
+    // least once); the first relay's late mark is refused, so the rows are marked once, by
+    // the relay that holds them.
+    let taken = std::sync::Mutex::new(Vec::new());
+    until("the short claims to run out and another relay to take the rows", || async {
+        let claimed = store.claim_outbox("relay-c", 10, 60_000).await.expect("claim");
+        let mut taken = taken.lock().expect("taken");
+        taken.extend(claimed);
+        taken.len() == 2
+    })
+    .await;
+    let b_ids: Vec<String> = b.iter().map(|m| m.biz_id.clone()).collect();
+    assert_eq!(store.mark_published("relay-b", &b_ids).await.expect("mark"), 0, "a claim run out marks nothing");
+    assert_eq!(store.mark_published("relay-c", &b_ids).await.expect("mark"), 2);
+    assert_eq!(store.outbox_pending().await.expect("pending"), 0);
 }
 both_engines!(outbox_relay_claims, outbox_claims_do_not_overlap);
 
