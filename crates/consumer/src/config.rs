@@ -135,7 +135,8 @@ impl Default for ConsumerSection {
 #[serde(default, deny_unknown_fields)]
 pub struct RelaySection {
     /// Run the relay in this process. Several relays may run (a claim is a CAS with an
-    /// expiry); turn it off where a separate relay serves the outbox.
+    /// expiry). Only consumers run one: turned off here, notifications wait for a consumer
+    /// whose relay is on.
     pub enabled: bool,
     /// Rows claimed and published per round.
     pub batch_max: usize,

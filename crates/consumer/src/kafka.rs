@@ -9,8 +9,11 @@
 //!
 //! Why a `StreamConsumer`: the pipeline waits on Kafka, on finished sagas and on shutdown at
 //! once (`tokio::select!`), without a thread of its own. Rebalance callbacks run inside
-//! `recv()`, which the pipeline calls continuously (also while paused), so they are served
-//! promptly, and never while a batch is half made durable.
+//! `recv()`, which the pipeline calls whenever fewer than `consumer.batches_in_flight` batches
+//! are being written (also while paused), so they are served promptly, and never while a batch
+//! is half made durable. While that many batches are being written, or a batch's clock read is
+//! being tried again, they wait: for as long as the database takes, at most the tries of a
+//! batch (the eighth failed try stops the process; design.md, Gaps).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
