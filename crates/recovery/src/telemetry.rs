@@ -44,7 +44,7 @@ pub(crate) fn observe(stats: &Arc<Stats>) {
 
 /// Samples the table once: rows per unfinished status, the oldest untouched row of each, the
 /// oldest finished row still kept, rows with a status this version does not know, open
-/// tickets. Finished statuses are not counted: counting them reads the table's whole history
+/// tickets, and the oldest notification not yet published. Finished statuses are not counted: counting them reads the table's whole history
 /// (finished sagas are counted as they finish, by `midflight_saga_transitions_total`).
 /// Returns the unknown statuses with their rows, and whether there were more than were read.
 pub async fn sample_table(store: &Store) -> Result<(Vec<(String, u64)>, bool), midflight_store::Error> {
@@ -67,6 +67,9 @@ pub async fn sample_table(store: &Store) -> Result<(Vec<(String, u64)>, bool), m
         instruments.oldest_finished_age.record(age_ms as f64 / 1_000.0, &[KeyValue::new("status", status.as_str())]);
     }
     instruments.tickets_open.record(tickets, &[]);
+    let unpublished = store.oldest_unpublished_ms().await?;
+    let age_ms = unpublished.map_or(0, |oldest_ms| now_ms.saturating_sub(oldest_ms).max(0));
+    instruments.outbox_oldest_age.record(age_ms as f64 / 1_000.0, &[]);
     let unknown = store.unknown_statuses().await?;
     instruments.sagas_unknown_status.record(unknown.0.iter().map(|(_, rows)| rows).sum(), &[]);
     Ok(unknown)

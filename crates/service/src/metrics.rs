@@ -161,6 +161,13 @@ pub const PURGE_TOPIC_RETENTION: Spec = Spec {
     attributes: &[],
     help: "The longest the order topic keeps a message (retention.ms plus segment.ms plus how far ahead a producer may date a message), as the recovery worker's purge last read it; -1 when it keeps messages for ever (retention.ms or segment.ms -1, compaction without deletion, or no cleanup policy); 0 when not read (purging off, no kafka section, or no answer yet).",
 };
+pub const OUTBOX_OLDEST_AGE: Spec = Spec {
+    name: "midflight.outbox.oldest_age",
+    prometheus: "midflight_outbox_oldest_age_seconds",
+    kind: Kind::Gauge,
+    attributes: &[],
+    help: "Age of the oldest notification in the outbox not yet published (0 when none waits; sampled by the recovery worker). The consumers' relays publish them.",
+};
 pub const TICKETS_OPEN: Spec = Spec {
     name: "midflight.tickets.open",
     prometheus: "midflight_tickets_open",
@@ -212,7 +219,7 @@ pub const CONSUMER_TOPIC_PARTITIONS: Spec = Spec {
 };
 
 /// Every metric recorded through [`instruments`] or named by the services' own observers.
-pub const CATALOGUE: [Spec; 23] = [
+pub const CATALOGUE: [Spec; 24] = [
     SAGA_TRANSITIONS,
     SAGA_TAKEOVERS,
     SAGA_CAS_CONFLICTS,
@@ -229,6 +236,7 @@ pub const CATALOGUE: [Spec; 23] = [
     SAGA_OLDEST_FINISHED_AGE,
     PURGE_HORIZON,
     PURGE_TOPIC_RETENTION,
+    OUTBOX_OLDEST_AGE,
     TICKETS_OPEN,
     RECONCILER_FINDINGS,
     RECONCILER_RUNS,
@@ -257,6 +265,7 @@ pub struct Instruments {
     pub oldest_finished_age: Gauge<f64>,
     pub purge_horizon: Gauge<f64>,
     pub purge_topic_retention: Gauge<f64>,
+    pub outbox_oldest_age: Gauge<f64>,
     pub tickets_open: Gauge<u64>,
     pub reconciler_findings: Counter<u64>,
     pub reconciler_runs: Counter<u64>,
@@ -317,6 +326,11 @@ pub fn instruments() -> &'static Instruments {
             purge_topic_retention: meter
                 .f64_gauge(PURGE_TOPIC_RETENTION.name)
                 .with_description(PURGE_TOPIC_RETENTION.help)
+                .with_unit("s")
+                .build(),
+            outbox_oldest_age: meter
+                .f64_gauge(OUTBOX_OLDEST_AGE.name)
+                .with_description(OUTBOX_OLDEST_AGE.help)
                 .with_unit("s")
                 .build(),
             tickets_open: meter.u64_gauge(TICKETS_OPEN.name).with_description(TICKETS_OPEN.help).build(),

@@ -372,6 +372,27 @@ async fn run(db: &TestDb, endpoint: std::net::SocketAddr) {
     let tickets = db.store.open_ticket_count().await.expect("open tickets");
     assert!(tickets >= 1, "the orphan's ticket");
     assert_eq!(after_sample.sum("midflight_tickets_open", &[]), tickets as f64);
+    assert_eq!(after_sample.sum("midflight_outbox_oldest_age_seconds", &[]), 0.0, "every notification published");
+
+    // A notification ten minutes old that a relay which went away holds: the sample says how
+    // old the oldest one waiting is.
+    let waiting = events[0].biz_id();
+    execute(
+        &db.store,
+        &format!(
+            "UPDATE outbox SET published_at_ms = NULL, relay_owner = 'gone', relay_until_ms = 9000000000000, \
+             created_at_ms = created_at_ms - 600000 WHERE biz_id = '{waiting}'"
+        ),
+    )
+    .await;
+    let unpublished = midflight_recovery::telemetry::sample_table(&db.store).await;
+    assert!(unpublished.is_ok(), "{unpublished:?}");
+    scrape_until(endpoint, "the waiting notification's age", |s| {
+        let age = s.sum("midflight_outbox_oldest_age_seconds", &[]);
+        if age >= 600.0 { Ok(()) } else { Err(format!("{age} s")) }
+    })
+    .await;
+    execute(&db.store, &format!("UPDATE outbox SET published_at_ms = 1 WHERE biz_id = '{waiting}'")).await;
 
     // Every metric the services claim to export is there.
     let mut families: Vec<(String, Kind)> =

@@ -113,6 +113,16 @@ impl Store {
             .during("count pending outbox rows", None)
     }
 
+    /// When the oldest notification not yet published was written (database clock), if any:
+    /// one seek of `outbox_pending`.
+    pub async fn oldest_unpublished_ms(&self) -> Result<Option<i64>, Error> {
+        let sql = "SELECT MIN(created_at_ms) AS oldest FROM outbox WHERE published_at_ms IS NULL";
+        let operation = "read the oldest unpublished outbox row";
+        let row = self.db.query_one_raw(Statement::from_string(self.backend, sql)).await.during(operation, None)?;
+        let oldest = row.map(|row| row.try_get::<Option<i64>>("", "oldest")).transpose().during(operation, None)?;
+        Ok(oldest.flatten())
+    }
+
     /// Every outbox row's biz_id and whether it was published (for the invariant checker).
     pub async fn outbox_rows(&self) -> Result<Vec<(String, bool)>, Error> {
         let rows = outbox::Entity::find()
