@@ -104,6 +104,8 @@ pub(crate) struct Pending {
     write: tokio::task::JoinHandle<Result<Option<Durable>, Error>>,
     /// What to commit once it is durable.
     next: BTreeMap<Partition, i64>,
+    /// The assignment each of its partitions was held under when it was read.
+    held: BTreeMap<Partition, u64>,
     /// The biz_id and order of each row it writes.
     rows: Vec<(String, String)>,
     /// Its orders that also have rows in a batch written beside it.
@@ -285,9 +287,10 @@ impl<D: Downstream> Pipeline<D> {
             try_deadline: DATABASE_TRY_DEADLINE + Duration::from_millis(self.settings.delivery_timeout_ms),
         };
         let next = inbox::next_offsets(&batch);
+        let held = self.consumer.context().holding(next.keys());
         let messages = batch.len();
         let write = tokio::spawn(writer.make_durable(batch, sagas, poisoned, now_ms, shutdown.clone()));
-        self.pending.push_back(Pending { write, next, rows, overlapping, messages, started: Instant::now() });
+        self.pending.push_back(Pending { write, next, held, rows, overlapping, messages, started: Instant::now() });
         Ok(())
     }
 
@@ -321,7 +324,7 @@ impl<D: Downstream> Pipeline<D> {
             beside = self.pending.len(),
             "batch made durable"
         );
-        self.commit(&batch.next);
+        self.commit(&batch.next, &batch.held);
         Counters::add(&self.counters.batches, 1);
         Counters::add(&self.counters.parked, durable.parked.len() as u64);
         Counters::add(&self.counters.dead_letter_failed, durable.copies_failed as u64);
@@ -339,8 +342,8 @@ impl<D: Downstream> Pipeline<D> {
 
     /// Commits offsets of a durable batch, asynchronously: a failed commit is superseded by
     /// the next one, and by the synchronous commits on revoke and shutdown.
-    fn commit(&self, next: &BTreeMap<Partition, i64>) {
-        let list = self.consumer.context().made_durable(next);
+    fn commit(&self, next: &BTreeMap<Partition, i64>, held: &BTreeMap<Partition, u64>) {
+        let list = self.consumer.context().made_durable(next, held);
         if list.count() == 0 {
             return;
         }
