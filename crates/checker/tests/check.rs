@@ -129,6 +129,20 @@ fn paid_sent_back(snapshot: &mut Snapshot, back_ms: i64, done_ms: i64) {
     snapshot.transitions.extend([again, finished]);
 }
 
+/// Rewrites `biz_id`'s log (a DONE saga) as one that stopped in MANUAL_REVIEW where its
+/// logistics step was confirmed and was closed as DONE by an operator, and takes its shipment
+/// out of the logistics ledger (made by hand, outside our request id).
+fn closed_by_hand(snapshot: &mut Snapshot, biz_id: &str) {
+    let mut log: Vec<&mut Transition> = snapshot.transitions.iter_mut().filter(|t| t.biz_id == biz_id).collect();
+    log.sort_by_key(|t| t.version);
+    let [.., confirmed, last] = &mut log[..] else { panic!("a short log") };
+    assert_eq!((confirmed.to, last.to), (Status::LogisticsConfirmed, Status::Done), "the chain this case rewrites");
+    confirmed.to = Status::ManualReview;
+    (last.from, last.actor) = (Some(Status::ManualReview), "operator:alice".into());
+    let shipment = request_id(biz_id, Step::Logistics);
+    snapshot.logistics_ledger.retain(|entry| entry.request_id != shipment);
+}
+
 fn saga_mut<'a>(snapshot: &'a mut Snapshot, biz_id: &str) -> &'a mut Saga {
     snapshot.sagas.iter_mut().find(|s| s.biz_id == biz_id).expect("saga in snapshot")
 }
@@ -351,6 +365,22 @@ async fn planted_violations_are_found(db: &TestDb) {
                 paid_sent_back(s, ended, ended);
             }),
             vec![],
+        ),
+        (
+            "a DONE an operator closed after a shipment made by hand (no violation)",
+            Box::new(move |s, _| closed_by_hand(s, done)),
+            vec![],
+        ),
+        (
+            "a DONE an operator closed without its notification",
+            Box::new(move |s, _| {
+                closed_by_hand(s, done);
+                s.outbox.retain(|(id, _)| id != done);
+                if let Some(notifications) = &mut s.notifications {
+                    notifications.retain(|id| id != done);
+                }
+            }),
+            vec!["I3"],
         ),
         (
             "poison not parked",

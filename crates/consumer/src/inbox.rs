@@ -137,23 +137,22 @@ pub(crate) struct CopyFailed {
     pub error: KafkaError,
 }
 
-/// Whether `error`, failing a dead-letter copy, would fail it again: the copy is too large
-/// for the producer or the topic, the topic does not exist or may not be written, or the
-/// broker refuses the record as it is. Anything else (timeouts, brokers down) may pass later.
+/// Whether `error`, failing a dead-letter copy, would fail it again until a person changes
+/// something: the copy is too large for the producer or the topic, the topic does not exist
+/// or may not be written, or the broker refuses the record as it is. Anything else
+/// (timeouts, brokers down, a corrupt request) may pass by itself later. A copy judged so is
+/// not made later, when the topic has been created or the permission given: its row is.
 pub(crate) fn undeliverable(error: &KafkaError) -> bool {
     use RDKafkaErrorCode::{
-        ClusterAuthorizationFailed, InvalidMessage, InvalidMessageSize, InvalidRecord, InvalidTopic,
-        MessageBatchTooLarge, MessageSizeTooLarge, PolicyViolation, TopicAuthorizationFailed, UnknownTopic,
-        UnknownTopicOrPartition,
+        ClusterAuthorizationFailed, InvalidRecord, InvalidTopic, MessageBatchTooLarge, MessageSizeTooLarge,
+        PolicyViolation, TopicAuthorizationFailed, UnknownTopic, UnknownTopicOrPartition,
     };
     matches!(
         error.rdkafka_error_code(),
         Some(
             MessageSizeTooLarge
-                | InvalidMessageSize
                 | MessageBatchTooLarge
                 | InvalidRecord
-                | InvalidMessage
                 | UnknownTopic
                 | UnknownTopicOrPartition
                 | InvalidTopic
@@ -183,29 +182,30 @@ pub(crate) async fn dead_letter(
     topic: &str,
     poison: &[Poison<'_>],
 ) -> Result<Vec<CopyFailed>, Error> {
-    let mut deliveries = Vec::with_capacity(poison.len());
-    for Poison { message, saga, error } in poison {
-        let error = error.to_string();
-        let source = format!("{}/{}@{}", message.topic, message.partition, message.offset);
-        let mut headers = OwnedHeaders::new_with_capacity(4)
-            .insert(Header { key: ERROR_HEADER, value: Some(error.as_str()) })
-            .insert(Header { key: SOURCE_HEADER, value: Some(source.as_str()) })
-            .insert(Header { key: BIZ_ID_HEADER, value: Some(saga.biz_id.as_str()) });
-        if let Some(trace) = &message.traceparent {
-            headers = headers.insert(Header { key: TRACEPARENT_HEADER, value: Some(trace.as_str()) });
-        }
-        let mut record = FutureRecord::<[u8], [u8]>::to(topic).payload(&message.payload).headers(headers);
-        if let Some(key) = &message.key {
-            record = record.key(key.as_slice());
-        }
-        // `send` waits for room in a full queue instead of failing at once; the delivery itself
-        // is bounded by the producer's `message.timeout.ms`.
-        deliveries.push(producer.send(record, Duration::from_secs(1)));
-    }
+    // `send` waits for room in a full queue instead of failing at once; the delivery itself
+    // is bounded by the producer's `message.timeout.ms`.
+    let deliveries = poison.iter().map(|p| producer.send(copy(topic, p), Duration::from_secs(1)));
     let mut failed = Vec::new();
-    for (n, (Poison { message, saga, error }, delivery)) in poison.iter().zip(join_all(deliveries).await).enumerate() {
-        if let Err((source, _)) = delivery {
-            if undeliverable(&source) {
+    for (n, (p, delivery)) in poison.iter().zip(join_all(deliveries).await).enumerate() {
+        let Poison { message, saga, error } = p;
+        let delivery = match delivery {
+            // A broker refuses a whole produce request for one record too large, so a copy that
+            // fails so is sent again on its own before it is judged.
+            Err((source, _)) if undeliverable(&source) => {
+                producer.send(copy(topic, p), Duration::from_secs(1)).await.map(|_| ()).map_err(|(e, _)| e)
+            }
+            other => other.map(|_| ()).map_err(|(e, _)| e),
+        };
+        match delivery {
+            Ok(()) => tracing::warn!(
+                topic = %message.topic,
+                partition = message.partition,
+                offset = message.offset,
+                biz_id = %saga.biz_id,
+                %error,
+                "poison message parked and copied to the dead-letter topic"
+            ),
+            Err(source) if undeliverable(&source) => {
                 tracing::error!(
                     topic = %message.topic,
                     partition = message.partition,
@@ -217,21 +217,34 @@ pub(crate) async fn dead_letter(
                     "poison message parked without its dead-letter copy, which cannot be delivered"
                 );
                 failed.push(CopyFailed { poison: n, error: source });
-                continue;
             }
-            let message = Box::new(message.reference(&saga.biz_id));
-            return Err(Error::DeadLetter { message, dead_letter_topic: topic.to_owned(), source });
+            Err(source) => {
+                let message = Box::new(message.reference(&saga.biz_id));
+                return Err(Error::DeadLetter { message, dead_letter_topic: topic.to_owned(), source });
+            }
         }
-        tracing::warn!(
-            topic = %message.topic,
-            partition = message.partition,
-            offset = message.offset,
-            biz_id = %saga.biz_id,
-            %error,
-            "poison message parked and copied to the dead-letter topic"
-        );
     }
     Ok(failed)
+}
+
+/// The dead-letter copy of `poison`: the original key and payload, with the error, the
+/// source and the parked row's biz_id (and the trace context) in headers.
+fn copy<'a>(topic: &'a str, poison: &Poison<'a>) -> FutureRecord<'a, [u8], [u8]> {
+    let Poison { message, saga, error } = poison;
+    let error = error.to_string();
+    let source = format!("{}/{}@{}", message.topic, message.partition, message.offset);
+    let mut headers = OwnedHeaders::new_with_capacity(4)
+        .insert(Header { key: ERROR_HEADER, value: Some(error.as_str()) })
+        .insert(Header { key: SOURCE_HEADER, value: Some(source.as_str()) })
+        .insert(Header { key: BIZ_ID_HEADER, value: Some(saga.biz_id.as_str()) });
+    if let Some(trace) = &message.traceparent {
+        headers = headers.insert(Header { key: TRACEPARENT_HEADER, value: Some(trace.as_str()) });
+    }
+    let mut record = FutureRecord::<[u8], [u8]>::to(topic).payload(&message.payload).headers(headers);
+    if let Some(key) = &message.key {
+        record = record.key(key.as_slice());
+    }
+    record
 }
 
 /// The header's value as a trace context, if it plausibly is one.
@@ -296,7 +309,13 @@ mod tests {
         ] {
             assert!(undeliverable(&produce(code)), "{code:?}");
         }
-        for code in [Code::MessageTimedOut, Code::AllBrokersDown, Code::RequestTimedOut, Code::NotEnoughReplicas] {
+        for code in [
+            Code::MessageTimedOut,
+            Code::AllBrokersDown,
+            Code::RequestTimedOut,
+            Code::NotEnoughReplicas,
+            Code::InvalidMessage,
+        ] {
             assert!(!undeliverable(&produce(code)), "{code:?}");
         }
         assert!(!undeliverable(&KafkaError::Canceled));

@@ -130,15 +130,18 @@ impl Context {
         self.generation.load(Ordering::Relaxed)
     }
 
-    /// The assignment each of `partitions` is held under now (left out: not assigned), for
-    /// [`Context::made_durable`] to compare with once the batch read from them is durable.
-    pub(crate) fn holding<'a>(&self, partitions: impl Iterator<Item = &'a Partition>) -> BTreeMap<Partition, u64> {
-        let state = self.state();
-        partitions.filter_map(|p| state.assigned.get(p).map(|&assignment| (p.clone(), assignment))).collect()
+    /// An assignment number no partition is ever held under: a batch whose messages of a
+    /// partition were read under two assignments commits nothing for it.
+    pub(crate) const MIXED: u64 = u64::MAX;
+
+    /// The assignment `partition` is held under now (`None`: not assigned), for
+    /// [`Context::made_durable`] to compare with once the batch read from it is durable.
+    pub(crate) fn held_under(&self, partition: &Partition) -> Option<u64> {
+        self.state().assigned.get(partition).copied()
     }
 
     /// Records `next` (last durable offset + 1) for each partition still held under the
-    /// assignment its batch was read under (`held`, from [`Context::holding`]), and returns
+    /// assignment its batch was read under (`held`, from [`Context::held_under`]), and returns
     /// those to commit. A partition revoked while its batch was being made durable is left
     /// out, even if it was given back since: its new owner may have committed further
     /// already, and an older commit would move it back.
@@ -360,7 +363,10 @@ mod tests {
         let context = Context::new("c1", Arc::default());
         let (p0, p1) = (("orders".to_owned(), 0), ("orders".to_owned(), 1));
         context.hold(&[p0.clone(), p1.clone()]);
-        let first = context.holding([&p0, &p1].into_iter());
+        let holding = |partitions: &[&Partition]| -> BTreeMap<Partition, u64> {
+            partitions.iter().filter_map(|p| context.held_under(p).map(|a| ((*p).clone(), a))).collect()
+        };
+        let first = holding(&[&p0, &p1]);
         let next = BTreeMap::from([(p0.clone(), 10), (p1.clone(), 20)]);
         assert_eq!(offsets(&context.made_durable(&next, &first)), [("orders".into(), 0, 10), ("orders".into(), 1, 20)]);
         // An older batch made durable after a newer one commits the newer offset again.
@@ -372,13 +378,16 @@ mod tests {
         context.hold(std::slice::from_ref(&p1));
         let stale = BTreeMap::from([(p0.clone(), 30), (p1.clone(), 25)]);
         assert_eq!(offsets(&context.made_durable(&stale, &first)), [("orders".into(), 0, 30)], "p1 left out");
-        let now = context.holding([&p0, &p1].into_iter());
+        let now = holding(&[&p0, &p1]);
         let fresh = BTreeMap::from([(p1.clone(), 40)]);
         assert_eq!(offsets(&context.made_durable(&fresh, &now)), [("orders".into(), 1, 40)]);
 
         // Revoked and not given back: nothing to commit for it.
         context.release(std::slice::from_ref(&p0));
         assert_eq!(offsets(&context.made_durable(&BTreeMap::from([(p0.clone(), 50)]), &now)), []);
-        assert_eq!(context.holding([&p0].into_iter()), BTreeMap::new());
+        assert_eq!(context.held_under(&p0), None);
+        // A batch that read a partition under two assignments commits nothing for it.
+        let mixed = BTreeMap::from([(p1.clone(), Context::MIXED)]);
+        assert_eq!(offsets(&context.made_durable(&BTreeMap::from([(p1.clone(), 60)]), &mixed)), []);
     }
 }

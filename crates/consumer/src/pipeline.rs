@@ -51,8 +51,9 @@ const BATCH_ATTEMPTS_MAX: u32 = 8;
 /// A batch takes no more messages once their payloads reach this many bytes. A row keeps at
 /// most [`midflight_model::limits::PAYLOAD_BYTES_MAX`] (64 KiB) of its payload, and the inbox
 /// insert pads its rows to a power of two by repeating the row with the shortest payload, which
-/// adds at most as many bytes again: one statement carries at most about 4 MiB of payloads,
-/// below MariaDB's default `max_allowed_packet` (16 MiB) and MySQL 8's (64 MiB).
+/// adds at most as many bytes again. A payload that is not UTF-8 is kept as text, up to three
+/// times its bytes, so one statement carries at most about 8 MiB of payloads (about 4 MiB of
+/// text ones), below MariaDB's default `max_allowed_packet` (16 MiB) and MySQL 8's (64 MiB).
 const BATCH_PAYLOAD_BYTES_MAX: usize = 2 * 1024 * 1024;
 /// First wait between attempts; doubled each time.
 const BATCH_BACKOFF_BASE: Duration = Duration::from_millis(200);
@@ -188,8 +189,8 @@ impl<D: Downstream> Pipeline<D> {
                 }
                 Event::Ended(ended) => self.scheduler.ended(ended),
                 Event::Message(Ok(first)) => {
-                    let batch = self.collect(first).await;
-                    self.launch(batch, shutdown).await?;
+                    let (batch, held) = self.collect(first).await;
+                    self.launch(batch, held, shutdown).await?;
                 }
                 Event::Message(Err(error)) => self.consumer_error(&error),
             }
@@ -207,10 +208,26 @@ impl<D: Downstream> Pipeline<D> {
     /// less: a batch never carries the in-flight count far past its bound (only a message
     /// already fetched when the partitions were paused can). Nor does it take more once its
     /// payloads reach [`BATCH_PAYLOAD_BYTES_MAX`].
-    async fn collect(&self, first: Incoming) -> Vec<Incoming> {
+    ///
+    /// Also returns, per partition, the assignment its messages were read under (rebalance
+    /// callbacks run inside `recv`, so one can come between two messages of a batch): a
+    /// partition revoked and given back between two of its messages is marked so that the
+    /// batch commits nothing for it ([`crate::kafka::Context::made_durable`]).
+    async fn collect(&self, first: Incoming) -> (Vec<Incoming>, BTreeMap<Partition, u64>) {
         let room = self.settings.in_flight_max.saturating_sub(self.scheduler.len() + self.pending_messages());
         let size_max = room.clamp(1, self.settings.batch_max);
         let mut batch = Vec::with_capacity(size_max);
+        let mut held = BTreeMap::new();
+        let context = self.consumer.context();
+        let read_under = |message: &Incoming, held: &mut BTreeMap<Partition, u64>| {
+            let partition = (message.topic.clone(), message.partition);
+            let Some(now) = context.held_under(&partition) else { return };
+            let slot = held.entry(partition).or_insert(now);
+            if *slot != now {
+                *slot = crate::kafka::Context::MIXED;
+            }
+        };
+        read_under(&first, &mut held);
         let mut bytes = first.payload.len();
         batch.push(first);
         let linger_ms =
@@ -221,6 +238,7 @@ impl<D: Downstream> Pipeline<D> {
         while batch.len() < size_max && bytes < BATCH_PAYLOAD_BYTES_MAX {
             match tokio::time::timeout_at(linger_until, recv(&self.consumer)).await {
                 Ok(Ok(message)) => {
+                    read_under(&message, &mut held);
                     bytes += message.payload.len();
                     batch.push(message);
                 }
@@ -229,7 +247,7 @@ impl<D: Downstream> Pipeline<D> {
             }
         }
         Counters::add(&self.counters.received, batch.len() as u64);
-        batch
+        (batch, held)
     }
 
     /// librdkafka reports fetch and broker trouble through `recv`; it retries by itself.
@@ -242,7 +260,12 @@ impl<D: Downstream> Pipeline<D> {
 
     /// Parses `batch` and starts writing it beside the loop. Copies of sagas already in flight
     /// here (in the scheduler or in a batch being written) are counted and left out.
-    async fn launch(&mut self, batch: Vec<Incoming>, shutdown: &CancellationToken) -> Result<(), Error> {
+    async fn launch(
+        &mut self,
+        batch: Vec<Incoming>,
+        held: BTreeMap<Partition, u64>,
+        shutdown: &CancellationToken,
+    ) -> Result<(), Error> {
         let clock = || async { Ok(self.store.now_ms().await?) };
         let Some(now_ms) = retrying(&batch, shutdown, DATABASE_TRY_DEADLINE, clock).await? else {
             return Ok(());
@@ -287,7 +310,6 @@ impl<D: Downstream> Pipeline<D> {
             try_deadline: DATABASE_TRY_DEADLINE + Duration::from_millis(self.settings.delivery_timeout_ms),
         };
         let next = inbox::next_offsets(&batch);
-        let held = self.consumer.context().holding(next.keys());
         let messages = batch.len();
         let write = tokio::spawn(writer.make_durable(batch, sagas, poisoned, now_ms, shutdown.clone()));
         self.pending.push_back(Pending { write, next, held, rows, overlapping, messages, started: Instant::now() });

@@ -338,10 +338,10 @@ async fn resolve(
             );
             refuse(out, biz_id, &reason, Some(write.version), Some(Status::ManualReview))
         }
-        Err(midflight_store::Error::Invalid(reason)) => {
-            let current = store.get(biz_id).await?;
-            refuse(out, biz_id, &reason, current.as_ref().map(|s| s.version), current.map(|s| s.status))
-        }
+        Err(midflight_store::Error::Invalid(reason)) => match store.get(biz_id).await? {
+            None => Err(anyhow::anyhow!("no saga {biz_id}")),
+            Some(current) => refuse(out, biz_id, &reason, Some(current.version), Some(current.status)),
+        },
         Err(error) => Err(error.into()),
     }
 }

@@ -85,7 +85,7 @@ enum Command {
         #[arg(long, value_parser = parse_resolution)]
         to: Status,
         /// With DONE: the shipment's tracking number, for the order and the notification.
-        /// Needed unless the saga has one (a given one replaces it).
+        /// Needed unless the saga has one (then it must be that one).
         #[arg(long, value_parser = parse_tracking_no)]
         tracking_no: Option<String>,
         #[command(flatten)]

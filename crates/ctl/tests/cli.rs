@@ -161,6 +161,11 @@ async fn list_show_resolve_retry(db: &TestDb) {
     assert_eq!(twice.code, REFUSED, "only a MANUAL_REVIEW saga can be retried: {}", twice.stderr);
     assert!(twice.stderr.contains("only a MANUAL_REVIEW saga"), "{}", twice.stderr);
 
+    let missing = ["resolve", "NOPE:PAID", "--to", "ROLLED_BACK", "--version", "1", "--operator", "bob", "--note", "x"];
+    let missing = sagactl(db, &missing).await;
+    assert_eq!(missing.code, 1, "a saga that does not exist is an error, not a refusal: {}", missing.stderr);
+    assert!(missing.stderr.contains("no saga NOPE:PAID"), "{}", missing.stderr);
+
     let no_operator = sagactl(db, &["resolve", &other.biz_id, "--to", "DONE", "--version", "1", "--note", "x"]).await;
     assert_eq!(no_operator.code, 2, "the operator's name is required for writes");
     let to_intent = ["resolve", &other.biz_id, "--to", "WMS_REQUESTED", "--version", "1", "--operator", "alice"];

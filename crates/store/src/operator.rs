@@ -31,7 +31,7 @@ impl Store {
     /// it (I5). Closing it as DONE or ROLLED_BACK is always allowed: it sends nothing.
     ///
     /// DONE needs the shipment's tracking number: `tracking_no`, or the one the saga has (a
-    /// given one replaces it). A tracking number with any other target is refused.
+    /// given one must be that one). A tracking number with any other target is refused.
     pub async fn resolve(
         &self,
         biz_id: &str,
@@ -60,6 +60,11 @@ impl Store {
                 if given.is_empty() || given.chars().count() > TRACKING_NO_LEN_MAX {
                     return Err(Error::Invalid(format!(
                         "a tracking number is 1..={TRACKING_NO_LEN_MAX} characters; nothing was written"
+                    )));
+                }
+                if let Some(known) = before.tracking_no.as_deref().filter(|known| *known != given) {
+                    return Err(Error::Invalid(format!(
+                        "saga {biz_id} has tracking number {known} from logistics, not {given}: closing it as DONE keeps it (leave --tracking-no out); nothing was written"
                     )));
                 }
                 next.tracking_no = Some(given.to_owned());

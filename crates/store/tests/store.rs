@@ -821,11 +821,23 @@ async fn operator_closes_like_automation(db: &TestDb) {
     let payload: serde_json::Value = serde_json::from_str(&claimed[0].payload).expect("json");
     assert_eq!((payload["biz_id"].as_str(), payload["tracking_no"].as_str()), (Some(&*shipped.biz_id), Some("TRK-1")));
 
+    // A saga with a tracking number from logistics keeps it: another one is refused.
+    let tracked = to_review(store, &arrive(store, received(store, "O-3", 3).await, "c1", LEASE_MS).await).await;
+    let set = "UPDATE saga SET tracking_no = 'TRK-L' WHERE biz_id = ?";
+    let values: Vec<sea_orm::Value> = vec![tracked.biz_id.clone().into()];
+    store.connection().execute_raw(Statement::from_sql_and_values(store.backend(), set, values)).await.expect("track");
+    let other = store.resolve(&tracked.biz_id, tracked.version, Status::Done, Some("TRK-X"), "bob", "by hand").await;
+    assert!(matches!(&other, Err(Error::Invalid(reason)) if reason.contains("TRK-L")), "{other:?}");
+    let kept = store.resolve(&tracked.biz_id, tracked.version, Status::Done, Some("TRK-L"), "bob", "by hand").await;
+    assert_eq!(kept.expect("resolve").applied().and_then(|s| s.tracking_no), Some("TRK-L".to_owned()));
+    let order = store.order_row(&tracked.biz_id).await.expect("read").expect("order row");
+    assert_eq!((order.status.as_str(), order.tracking_no.as_deref()), ("SHIPPED", Some("TRK-L")));
+
     let back = store.resolve(&undone.biz_id, undone.version, Status::RolledBack, None, "bob", "undone by hand").await;
     assert_eq!(back.expect("resolve").applied().map(|s| s.status), Some(Status::RolledBack));
     let order = store.order_row(&undone.biz_id).await.expect("read").expect("order row");
     assert_eq!(order.status, "REVERSED");
-    assert_eq!(store.outbox_rows().await.expect("outbox").len(), 1, "no notification for a rolled-back saga");
+    assert_eq!(store.outbox_rows().await.expect("outbox").len(), 2, "no notification for a rolled-back saga");
 }
 both_engines!(operator_close, operator_closes_like_automation);
 
@@ -933,7 +945,11 @@ async fn outbox_claims_do_not_overlap(db: &TestDb) {
     })
     .await;
     let b_ids: Vec<String> = b.iter().map(|m| m.biz_id.clone()).collect();
-    assert_eq!(store.mark_published("relay-b", &b_ids).await.expect("mark"), 0, "a claim run out marks nothing");
+    assert_eq!(
+        store.mark_published("relay-b", &b_ids).await.expect("mark"),
+        0,
+        "a claim another relay took over marks nothing"
+    );
     assert_eq!(store.mark_published("relay-c", &b_ids).await.expect("mark"), 2);
     assert_eq!(store.outbox_pending().await.expect("pending"), 0);
 }
