@@ -127,8 +127,9 @@ pub fn consistent_end_states(snapshot: &Snapshot, effects: &LedgerEffects, repor
     let outbox: BTreeSet<&str> = snapshot.outbox.iter().map(|(b, _)| b.as_str()).collect();
     let notified: Option<BTreeSet<&str>> =
         snapshot.notifications.as_ref().map(|n| n.iter().map(String::as_str).collect());
-    // Sagas a person closed as DONE after settling them by hand: their effects may have been
-    // made outside our request ids, so only what the close itself writes is required of them.
+    // Sagas a person closed as DONE after settling them by hand, which may have been outside
+    // the downstreams' ledgers we read: what the close writes is required of them, and a
+    // shipment under our request id must be the one it names.
     let closed_by_hand: BTreeSet<&str> = snapshot
         .transitions
         .iter()
@@ -150,9 +151,9 @@ pub fn consistent_end_states(snapshot: &Snapshot, effects: &LedgerEffects, repor
                     .get(&request_id(id, Step::Logistics))
                     .is_some_and(|ids| saga.tracking_no.as_ref().is_some_and(|t| ids.contains(t)));
                 if closed_by_hand.contains(id) {
-                    if !shipped || !outbox.contains(id) {
-                        let message =
-                            "DONE by an operator without a SHIPPED order (its tracking number) and an outbox row";
+                    // A shipment under our request id must be the one the order names.
+                    if !shipped || !outbox.contains(id) || (shipments > 0 && !tracked) {
+                        let message = "DONE by an operator without a SHIPPED order (its tracking number, our shipment's if there is one) and an outbox row";
                         violation(
                             report,
                             "I3",

@@ -372,6 +372,31 @@ async fn planted_violations_are_found(db: &TestDb) {
             vec![],
         ),
         (
+            "a DONE an operator closed naming another shipment than ours",
+            Box::new(move |s, _| {
+                let shipment = s.logistics_ledger.iter().find(|e| e.request_id == request_id(done, Step::Logistics));
+                let shipment = shipment.cloned().expect("our shipment");
+                closed_by_hand(s, done);
+                s.logistics_ledger.push(shipment);
+                let tracking_no = Some("TRK-BY-HAND".to_owned());
+                saga_mut(s, done).tracking_no = tracking_no.clone();
+                for order in s.orders.iter_mut().filter(|o| o.biz_id == done) {
+                    order.tracking_no = tracking_no.clone();
+                }
+            }),
+            vec!["I3"],
+        ),
+        (
+            "a DONE an operator closed with the order not SHIPPED",
+            Box::new(move |s, _| {
+                closed_by_hand(s, done);
+                for order in s.orders.iter_mut().filter(|o| o.biz_id == done) {
+                    order.status = "FULFILLING".to_owned();
+                }
+            }),
+            vec!["I3"],
+        ),
+        (
             "a DONE an operator closed without its notification",
             Box::new(move |s, _| {
                 closed_by_hand(s, done);

@@ -137,6 +137,15 @@ pub(crate) struct CopyFailed {
     pub error: KafkaError,
 }
 
+/// Whether `error` refuses a copy as too large, which the broker may say of a whole record
+/// batch for one record in it.
+fn too_large(error: &KafkaError) -> bool {
+    matches!(
+        error.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::MessageBatchTooLarge)
+    )
+}
+
 /// Whether `error`, failing a dead-letter copy, would fail it again until a person changes
 /// something: the copy is too large for the producer or the topic, the topic does not exist
 /// or may not be written, or the broker refuses the record as it is. Anything else
@@ -189,9 +198,10 @@ pub(crate) async fn dead_letter(
     for (n, (p, delivery)) in poison.iter().zip(join_all(deliveries).await).enumerate() {
         let Poison { message, saga, error } = p;
         let delivery = match delivery {
-            // A broker refuses a whole produce request for one record too large, so a copy that
-            // fails so is sent again on its own before it is judged.
-            Err((source, _)) if undeliverable(&source) => {
+            // A broker refuses a partition's whole record batch for one record too large, so a
+            // copy refused so is sent again, alone unless another batch's copy shares its
+            // record batch again, before it is judged.
+            Err((source, _)) if too_large(&source) => {
                 producer.send(copy(topic, p), Duration::from_secs(1)).await.map(|_| ()).map_err(|(e, _)| e)
             }
             other => other.map(|_| ()).map_err(|(e, _)| e),
@@ -303,6 +313,9 @@ mod tests {
         let produce = |code| KafkaError::MessageProduction(code);
         for code in [
             Code::MessageSizeTooLarge,
+            Code::MessageBatchTooLarge,
+            Code::InvalidRecord,
+            Code::PolicyViolation,
             Code::UnknownTopic,
             Code::UnknownTopicOrPartition,
             Code::TopicAuthorizationFailed,

@@ -221,7 +221,9 @@ impl<D: Downstream> Pipeline<D> {
         let context = self.consumer.context();
         let read_under = |message: &Incoming, held: &mut BTreeMap<Partition, u64>| {
             let partition = (message.topic.clone(), message.partition);
-            let Some(now) = context.held_under(&partition) else { return };
+            // Read with no assignment (not expected: a partition is recorded before its first
+            // message comes) is as good as read under two.
+            let now = context.held_under(&partition).unwrap_or(crate::kafka::Context::MIXED);
             let slot = held.entry(partition).or_insert(now);
             if *slot != now {
                 *slot = crate::kafka::Context::MIXED;
