@@ -225,6 +225,12 @@ fn record(event: &OrderEvent) -> Record {
     Record::keyed(&event.order_no, event.to_json())
 }
 
+/// `record`, sent to partition 0.
+fn on_zero(mut record: Record) -> Record {
+    record.partition = Some(0);
+    record
+}
+
 fn orders(prefix: &str, count: usize) -> Vec<OrderEvent> {
     (0..count).map(|n| event(&format!("{prefix}-{n:04}"), "PAID")).collect()
 }
@@ -517,10 +523,6 @@ both_engines!(same_order_across_overlapping_batches, same_order_in_batches_writt
 async fn poison_between_good(db: &TestDb) {
     let harness = Harness::start(MockOptions::default()).await;
     let goods = orders("P", 3);
-    let on_zero = |mut record: Record| {
-        record.partition = Some(0);
-        record
-    };
     let mut invalid = serde_json::to_value(event("P-bad", "PAID")).expect("json");
     invalid["lines"][0]["quantity"] = (-1).into();
     let mut traced = on_zero(Record { payload: b"\xff not json".to_vec(), ..Record::default() });
@@ -570,10 +572,6 @@ both_engines!(poison_is_parked_and_the_partition_moves_on, poison_between_good);
 async fn undeliverable_copy(db: &TestDb) {
     let harness = Harness::start(MockOptions::default()).await;
     let goods = orders("U", 2);
-    let on_zero = |mut record: Record| {
-        record.partition = Some(0);
-        record
-    };
     let huge = on_zero(Record { payload: vec![0xff; 100_000], ..Record::default() });
     let records = vec![on_zero(record(&goods[0])), huge, on_zero(record(&goods[1]))];
     let placed = harness.produce(&records).await;
