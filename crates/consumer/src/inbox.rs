@@ -153,23 +153,22 @@ fn too_large(error: &KafkaError) -> bool {
 /// not made later, when the topic has been created or the permission given: its row is.
 pub(crate) fn undeliverable(error: &KafkaError) -> bool {
     use RDKafkaErrorCode::{
-        ClusterAuthorizationFailed, InvalidRecord, InvalidTopic, MessageBatchTooLarge, MessageSizeTooLarge,
-        PolicyViolation, TopicAuthorizationFailed, UnknownTopic, UnknownTopicOrPartition,
+        ClusterAuthorizationFailed, InvalidRecord, InvalidTopic, PolicyViolation, TopicAuthorizationFailed,
+        UnknownTopic, UnknownTopicOrPartition,
     };
-    matches!(
-        error.rdkafka_error_code(),
-        Some(
-            MessageSizeTooLarge
-                | MessageBatchTooLarge
-                | InvalidRecord
-                | UnknownTopic
-                | UnknownTopicOrPartition
-                | InvalidTopic
-                | TopicAuthorizationFailed
-                | ClusterAuthorizationFailed
-                | PolicyViolation
+    too_large(error)
+        || matches!(
+            error.rdkafka_error_code(),
+            Some(
+                InvalidRecord
+                    | UnknownTopic
+                    | UnknownTopicOrPartition
+                    | InvalidTopic
+                    | TopicAuthorizationFailed
+                    | ClusterAuthorizationFailed
+                    | PolicyViolation
+            )
         )
-    )
 }
 
 /// One past the highest offset of each partition in `batch`: what to commit once it is durable.

@@ -44,8 +44,9 @@ pub(crate) fn observe(stats: &Arc<Stats>) {
 
 /// Samples the table once: rows per unfinished status, the oldest untouched row of each, the
 /// oldest finished row still kept, rows with a status this version does not know, open
-/// tickets, and the oldest notification not yet published. Finished statuses are not counted: counting them reads the table's whole history
-/// (finished sagas are counted as they finish, by `midflight_saga_transitions_total`).
+/// tickets, and the oldest notification not yet published. Finished statuses are not
+/// counted: counting them reads the table's whole history (finished sagas are counted as they
+/// finish, by `midflight_saga_transitions_total`).
 /// Returns the unknown statuses with their rows, and whether there were more than were read.
 pub async fn sample_table(store: &Store) -> Result<(Vec<(String, u64)>, bool), midflight_store::Error> {
     let summary = store.unfinished_summary().await?;
@@ -56,23 +57,25 @@ pub async fn sample_table(store: &Store) -> Result<(Vec<(String, u64)>, bool), m
         let found = summary.iter().find(|(s, _, _)| *s == status);
         let attributes = [KeyValue::new("status", status.as_str())];
         instruments.sagas.record(found.map_or(0, |(_, count, _)| *count), &attributes);
-        let age_ms = found.map_or(0, |(_, _, oldest_ms)| now_ms.saturating_sub(*oldest_ms).max(0));
-        instruments.oldest_age.record(age_ms as f64 / 1_000.0, &attributes);
+        instruments.oldest_age.record(seconds_since(now_ms, found.map(|(_, _, oldest_ms)| *oldest_ms)), &attributes);
     }
     // How far back the finished sagas go: the purge's horizon while it keeps up.
     let finished = store.oldest_finished().await?;
     for status in Status::FINISHED {
         let found = finished.iter().find(|(s, _)| *s == status);
-        let age_ms = found.map_or(0, |(_, oldest_ms)| now_ms.saturating_sub(*oldest_ms).max(0));
-        instruments.oldest_finished_age.record(age_ms as f64 / 1_000.0, &[KeyValue::new("status", status.as_str())]);
+        let age_s = seconds_since(now_ms, found.map(|(_, oldest_ms)| *oldest_ms));
+        instruments.oldest_finished_age.record(age_s, &[KeyValue::new("status", status.as_str())]);
     }
     instruments.tickets_open.record(tickets, &[]);
-    let unpublished = store.oldest_unpublished_ms().await?;
-    let age_ms = unpublished.map_or(0, |oldest_ms| now_ms.saturating_sub(oldest_ms).max(0));
-    instruments.outbox_oldest_age.record(age_ms as f64 / 1_000.0, &[]);
+    instruments.outbox_oldest_age.record(seconds_since(now_ms, store.oldest_unpublished_ms().await?), &[]);
     let unknown = store.unknown_statuses().await?;
     instruments.sagas_unknown_status.record(unknown.0.iter().map(|(_, rows)| rows).sum(), &[]);
     Ok(unknown)
+}
+
+/// Seconds from `then_ms` to `now_ms` (database time), 0 without a `then_ms` or before it.
+fn seconds_since(now_ms: i64, then_ms: Option<i64>) -> f64 {
+    then_ms.map_or(0, |then_ms| now_ms.saturating_sub(then_ms).max(0)) as f64 / 1_000.0
 }
 
 /// Exports the purge's horizon in force (0 when off or held), beside the oldest finished

@@ -7,7 +7,7 @@
 //! the business row REVERSED.
 
 use midflight_model::{Change, Saga, Status};
-use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, Statement, Value};
+use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
 
 use crate::error::{Context, Error};
 use crate::row::{fit, signed};
@@ -130,7 +130,10 @@ impl Store {
         txn.execute_raw(Statement::from_sql_and_values(self.backend, close, values))
             .await
             .during("resolve tickets", some)?;
-        self.close_business(&txn, &next).await?;
+        // What automation's close would write beside the row: the business row, the notification.
+        for step in self.closing_follow_ups(&next) {
+            txn.execute_raw(step.statement).await.during(step.operation, Some(&step.biz_id))?;
+        }
         // Read last, just before the commit, to keep the window it leaves on MySQL short.
         if !to.is_terminal()
             && let Some((later, later_status)) = later_of_order(&txn, self.backend, &before).await?
@@ -141,56 +144,6 @@ impl Store {
         txn.commit().await.during("commit resolve", some)?;
         self.stats.write_committed();
         Ok(Cas::Applied(next))
-    }
-
-    /// What an operator's close writes beside the saga row, as automation's would: for DONE the
-    /// business row SHIPPED with `next`'s tracking number (inserted first if step 1's write is
-    /// missing) and the notification's outbox row; for ROLLED_BACK the business row REVERSED.
-    async fn close_business(&self, txn: &DatabaseTransaction, next: &Saga) -> Result<(), Error> {
-        let some = Some(next.biz_id.as_str());
-        let run = |sql: String, values: Vec<Value>| Statement::from_sql_and_values(self.backend, sql, values);
-        match next.status {
-            Status::Done => {
-                let amount_cents = next.order().map(|order| order.amount_cents).unwrap_or(0);
-                let insert = format!(
-                    "INSERT INTO orders (biz_id, order_no, event_type, status, amount_cents, tracking_no, created_at_ms, \
-                     updated_at_ms) VALUES (?, ?, ?, 'FULFILLING', ?, NULL, ?, ?){}",
-                    dialect::on_conflict_do_nothing(self.backend, "biz_id")
-                );
-                let values: Vec<Value> = vec![
-                    next.biz_id.clone().into(),
-                    next.order_no.clone().into(),
-                    next.event_type.clone().into(),
-                    amount_cents.into(),
-                    next.updated_at_ms.into(),
-                    next.updated_at_ms.into(),
-                ];
-                txn.execute_raw(run(insert, values)).await.during("write business row", some)?;
-                let ship = "UPDATE orders SET status = 'SHIPPED', tracking_no = ?, updated_at_ms = ? WHERE biz_id = ?";
-                let values: Vec<Value> =
-                    vec![next.tracking_no.clone().into(), next.updated_at_ms.into(), next.biz_id.clone().into()];
-                txn.execute_raw(run(ship.to_owned(), values)).await.during("mark business row shipped", some)?;
-                let outbox = format!(
-                    "INSERT INTO outbox (biz_id, payload, trace_context, created_at_ms, relay_owner, relay_until_ms, \
-                     published_at_ms) VALUES (?, ?, ?, ?, NULL, 0, NULL){}",
-                    dialect::on_conflict_do_nothing(self.backend, "biz_id")
-                );
-                let values: Vec<Value> = vec![
-                    next.biz_id.clone().into(),
-                    crate::transition::notification(next).into(),
-                    next.trace_context.clone().into(),
-                    next.updated_at_ms.into(),
-                ];
-                txn.execute_raw(run(outbox, values)).await.during("write outbox row", some)?;
-            }
-            Status::RolledBack => {
-                let reverse = "UPDATE orders SET status = 'REVERSED', updated_at_ms = ? WHERE biz_id = ?";
-                let values: Vec<Value> = vec![next.updated_at_ms.into(), next.biz_id.clone().into()];
-                txn.execute_raw(run(reverse.to_owned(), values)).await.during("write business row", some)?;
-            }
-            _ => {}
-        }
-        Ok(())
     }
 
     /// The first saga of `saga`'s order on its partition after it that is not PARKED, with its

@@ -125,7 +125,7 @@ impl Store {
         let mysql = self.backend == sea_orm::DbBackend::MySql;
         let search_limit = if mysql { limit * SEARCH_SPREAD } else { limit };
         let cutoff = Cutoff { older_than_ms, judged_before_ms: judged_before_ms.unwrap_or(i64::MAX) };
-        let operation = "find finished sagas to purge";
+        let operation = SEARCH;
         let values = [older_than_ms.into(), older_than_ms.into(), cutoff.judged_before_ms.into(), search_limit.into()];
         let statement =
             Statement::from_sql_and_values(self.backend, candidates_sql(self.backend, false), values.clone());
@@ -148,7 +148,7 @@ impl Store {
 
     /// How many `rows` a search listed, and their ids less those behind a review.
     async fn listed(&self, rows: &[sea_orm::QueryResult]) -> Result<(u64, Vec<String>), Error> {
-        let operation = "find finished sagas to purge";
+        let operation = SEARCH;
         let candidates = rows
             .iter()
             .map(|row| {
@@ -192,7 +192,7 @@ impl Store {
              WHERE order_no IN ({}) AND status NOT IN ({}) GROUP BY order_no, src_topic, src_partition",
             dialect::through_index(self.backend, "saga", "saga_order"),
             dialect::placeholders(orders.len()),
-            crate::lease::quoted(&[Status::Done, Status::RolledBack, Status::Parked]),
+            crate::lease::quoted(&FINISHED_FOR_GOOD),
         );
         let statement = Statement::from_sql_and_values(self.backend, sql, orders.into_iter().map(Value::from));
         let operation = "find reviews before finished sagas";
@@ -408,7 +408,7 @@ fn candidates_sql(backend: sea_orm::DbBackend, skip_reviews: bool) -> String {
         format!(
             " AND NOT EXISTS (SELECT 1 FROM saga e WHERE e.order_no = s.order_no AND e.src_partition = s.src_partition \
              AND e.src_offset < s.src_offset AND e.src_topic = s.src_topic AND e.status NOT IN ({}))",
-            crate::lease::quoted(&[Status::Done, Status::RolledBack, Status::Parked])
+            crate::lease::quoted(&FINISHED_FOR_GOOD)
         )
     } else {
         String::new()
@@ -420,6 +420,13 @@ fn candidates_sql(backend: sea_orm::DbBackend, skip_reviews: bool) -> String {
         purgeable(backend, "s"),
     )
 }
+
+/// What the candidates' search is called in errors.
+const SEARCH: &str = "find finished sagas to purge";
+
+/// The statuses no saga leaves (MANUAL_REVIEW is left by a person's send-back): an earlier
+/// saga of its order in any other keeps a finished saga from the purge.
+const FINISHED_FOR_GOOD: [Status; 3] = [Status::Done, Status::RolledBack, Status::Parked];
 
 /// A listed candidate's place in its order.
 struct Candidate {
@@ -574,6 +581,21 @@ mod tests {
     }
     crate::both_engines!(purge_keeps_what_it_must, purges_only_old_finished_sagas);
 
+    /// Makes saga `id` one of `order`'s, on `partition` of `topic`.
+    async fn follow(store: &crate::Store, id: &str, order: &str, partition: i32, topic: &str) {
+        let sql = "UPDATE saga SET order_no = ?, src_partition = ?, src_topic = ? WHERE biz_id = ?";
+        let values: Vec<Value> = vec![order.into(), partition.into(), topic.into(), id.into()];
+        store.db.execute_raw(Statement::from_sql_and_values(store.backend, sql, values)).await.expect("follow");
+    }
+
+    /// The first of `ids` in MANUAL_REVIEW two days ago, the others DONE then, in their order.
+    async fn review_then_finish(store: &crate::Store, ids: &[String]) {
+        age(store, &ids[0], Status::ManualReview, 49 * HOUR_MS).await;
+        for id in &ids[1..] {
+            age(store, id, Status::Done, 49 * HOUR_MS).await;
+        }
+    }
+
     /// A finished saga whose order has an earlier saga in MANUAL_REVIEW stays, however old:
     /// its row is what keeps that one from being sent back to automation after it. A later
     /// saga of the order on another partition or topic is not held, and once a person has
@@ -583,15 +605,10 @@ mod tests {
         let sagas = arrive_orders(store, &["REVIEWED", "AFTER", "ELSEWHERE", "OTHER-TOPIC"]).await;
         let ids: Vec<String> = sagas.iter().map(|s| s.biz_id.clone()).collect();
         let order = &sagas[0].order_no;
-        let follow = "UPDATE saga SET order_no = ?, src_partition = ?, src_topic = ? WHERE biz_id = ?";
         for (id, partition, topic) in [(&ids[1], 0, "orders"), (&ids[2], 1, "orders"), (&ids[3], 0, "orders-retry")] {
-            let values: Vec<Value> = vec![order.clone().into(), partition.into(), topic.into(), id.clone().into()];
-            store.db.execute_raw(Statement::from_sql_and_values(store.backend, follow, values)).await.expect("follow");
+            follow(store, id, order, partition, topic).await;
         }
-        age(store, &ids[0], Status::ManualReview, 49 * HOUR_MS).await;
-        for id in &ids[1..] {
-            age(store, id, Status::Done, 49 * HOUR_MS).await;
-        }
+        review_then_finish(store, &ids).await;
         let purged = store.purge_finished(48 * HOUR_MS, None, 500).await.expect("purge");
         assert_eq!(purged.sagas, 2, "{purged:?}");
         let left: Vec<String> = store.page("", 100).await.expect("page").into_iter().map(|s| s.biz_id).collect();
@@ -615,16 +632,11 @@ mod tests {
         let names = ["REVIEWED", "AFTER-1", "AFTER-2", "AFTER-3", "AFTER-4", "FREE"];
         let sagas = arrive_orders(store, &names).await;
         let ids: Vec<String> = sagas.iter().map(|s| s.biz_id.clone()).collect();
-        let follow = "UPDATE saga SET order_no = ? WHERE biz_id = ?";
         for id in &ids[1..5] {
-            let values: Vec<Value> = vec![sagas[0].order_no.clone().into(), id.clone().into()];
-            store.db.execute_raw(Statement::from_sql_and_values(store.backend, follow, values)).await.expect("follow");
+            follow(store, id, &sagas[0].order_no, 0, "orders").await;
         }
-        age(store, &ids[0], Status::ManualReview, 49 * HOUR_MS).await;
         // Aged in this order, so the kept sagas come first in the purge's search.
-        for id in &ids[1..] {
-            age(store, id, Status::Done, 49 * HOUR_MS).await;
-        }
+        review_then_finish(store, &ids).await;
         // A batch of two lists two (SQLite) or four (MySQL), all kept.
         let purged = store.purge_finished(48 * HOUR_MS, None, 2).await.expect("purge");
         assert_eq!(purged.sagas, 1, "{purged:?}");

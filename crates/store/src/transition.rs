@@ -12,7 +12,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use midflight_model::{BusinessWrite, Change, Saga};
+use midflight_model::{BusinessWrite, Change, Saga, Status};
 use sea_orm::{ConnectionTrait, DatabaseTransaction, Statement, Value};
 
 use crate::error::{Context, Error};
@@ -350,20 +350,42 @@ impl Store {
             written.iter().filter(|m| m.change.business == Some(BusinessWrite::Fulfil)).map(|m| &m.next).collect();
         self.fulfil_orders(&fulfilled, &mut steps);
         for member in written.iter().filter(|m| m.change.business == Some(BusinessWrite::Reverse)) {
-            let saga = &member.next;
-            steps.push(FollowUp {
-                statement: Statement::from_sql_and_values(
-                    self.backend,
-                    "UPDATE orders SET status = 'REVERSED', updated_at_ms = ? WHERE biz_id = ?",
-                    [saga.updated_at_ms.into(), saga.biz_id.clone().into()],
-                ),
-                operation: "write business row",
-                biz_id: saga.biz_id.clone(),
-            });
+            self.reverse_order(&member.next, &mut steps);
         }
         let notified: Vec<&Saga> = written.iter().filter(|m| m.change.notify).map(|m| &m.next).collect();
         self.insert_outbox(&notified, &mut steps);
         steps
+    }
+
+    /// What an operator's close of `next` writes beside its saga row, as automation's close
+    /// would: for DONE the business row (inserted first if step 1's write is missing) marked
+    /// SHIPPED with `next`'s tracking number, and the notification's outbox row; for
+    /// ROLLED_BACK the business row REVERSED.
+    pub(crate) fn closing_follow_ups(&self, next: &Saga) -> Vec<FollowUp> {
+        let mut steps = Vec::new();
+        match next.status {
+            Status::Done => {
+                self.insert_orders(&[next], &mut steps);
+                self.fulfil_orders(&[next], &mut steps);
+                self.insert_outbox(&[next], &mut steps);
+            }
+            Status::RolledBack => self.reverse_order(next, &mut steps),
+            _ => {}
+        }
+        steps
+    }
+
+    /// Undoes step 1's business row (`BusinessWrite::Reverse`).
+    fn reverse_order(&self, saga: &Saga, steps: &mut Vec<FollowUp>) {
+        steps.push(FollowUp {
+            statement: Statement::from_sql_and_values(
+                self.backend,
+                "UPDATE orders SET status = 'REVERSED', updated_at_ms = ? WHERE biz_id = ?",
+                [saga.updated_at_ms.into(), saga.biz_id.clone().into()],
+            ),
+            operation: "write business row",
+            biz_id: saga.biz_id.clone(),
+        });
     }
 
     /// The log rows of every member's edges.
@@ -514,10 +536,10 @@ impl Store {
 
 /// One statement of a transaction's follow-up writes, with what its error should name.
 #[derive(Debug)]
-struct FollowUp {
-    statement: Statement,
-    operation: &'static str,
-    biz_id: String,
+pub(crate) struct FollowUp {
+    pub(crate) statement: Statement,
+    pub(crate) operation: &'static str,
+    pub(crate) biz_id: String,
 }
 
 /// The members whose compare-and-set applied.
@@ -557,7 +579,7 @@ impl Pad {
 }
 
 /// A DONE saga's notification, as its outbox row carries it.
-pub(crate) fn notification(saga: &Saga) -> String {
+fn notification(saga: &Saga) -> String {
     serde_json::json!({
         "kind": "ORDER_SHIPPED",
         "biz_id": saga.biz_id,
