@@ -585,10 +585,12 @@ async fn a_pass_near_the_present_keeps_its_margin(db: &TestDb) {
     assert!(!pass.behind && pass.sagas_checked >= 1, "{pass:#?}");
 
     // Now the saga is set to ROLLED_BACK, its lease ended at once, with its lock and shipment
-    // still in force: the next pass finds the effects after rollback.
-    let now = db.store.now_ms().await.expect("clock");
+    // still in force: the next pass finds the effects after rollback. A millisecond back, so the
+    // row changed before the pass starts even when both fall in one millisecond of the clock (a
+    // row changed in the pass's first millisecond is not settled for it).
+    let ended = db.store.now_ms().await.expect("clock") - 1;
     let sql = format!(
-        "UPDATE saga SET status = 'ROLLED_BACK', updated_at_ms = {now}, lease_until_ms = {now} WHERE biz_id = '{}'",
+        "UPDATE saga SET status = 'ROLLED_BACK', updated_at_ms = {ended}, lease_until_ms = {ended} WHERE biz_id = '{}'",
         saga.biz_id
     );
     assert_eq!(execute(&db.store, &sql).await, 1);
