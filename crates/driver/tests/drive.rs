@@ -12,7 +12,7 @@ use midflight_model::{
     Call, Change, Observation, OrderEvent, Plan, RetryPolicy, Rules, Saga, Source, Status, Step, plan,
 };
 use midflight_stack::{ManualClock, MethodFaults, MockDownstreams, MockOptions, fault};
-use midflight_store::testing::{TestDb, order_event};
+use midflight_store::testing::{TestDb, order_event, until};
 use midflight_store::{Arrival, Cas, Store, TicketState, both_engines};
 use tokio_util::sync::CancellationToken;
 
@@ -186,6 +186,10 @@ async fn opened_long_ago(db: &TestDb) {
     let calls = CallLog::default();
     let consumer = driver(&db.store, Recording { inner: mocks.client(), calls: calls.clone() }, "c1");
     let (saga, opened, call) = open_in_the_inbox(db, &consumer).await;
+    // The restarted intent clock is read after the opening's; let the clock pass it, or both
+    // may fall in one millisecond.
+    let intent_at_ms = opened.intent_at_ms.expect("opened intent");
+    until("the clock to pass the opening", || async { db.store.now_ms().await.expect("clock") > intent_at_ms }).await;
     // The batch's write began more than an RPC timeout (2 s here) before the drive starts.
     let leased_at = Instant::now().checked_sub(Duration::from_secs(3)).expect("an instant 3 s ago");
     let outcome = consumer.drive_opened(opened.clone(), leased_at, call).await;

@@ -1,11 +1,13 @@
 //! An estimate of the database clock that does not cost a round trip per read.
 //!
-//! The estimate is a database reading plus the monotonic time elapsed since it, re-read when
-//! older than [`REFRESH_AFTER`]; a jump of the worker's wall clock cannot move it. Each reading
-//! is anchored at the start of its round trip, so the estimate is never behind the database
-//! clock (it may be ahead by one round trip; the two clocks drift apart by far less over five
-//! seconds): a row the database stamped with its `now` is in
-//! the past of every later estimate.
+//! The estimate is a database reading plus the monotonic time elapsed since it (rounded up to
+//! the millisecond), re-read when older than [`REFRESH_AFTER`]; a jump of the worker's wall
+//! clock cannot move it. Each reading is anchored at the start of its round trip, so the
+//! estimate is never behind the database clock (it may be ahead by one round trip; the two
+//! clocks drift apart by far less over five seconds): a row the database stamped with its `now`
+//! is in the past of every later estimate. The estimate never goes back: a fresh reading whose
+//! round trip was shorter than the last one's would put it behind what was already handed out,
+//! so it stays where it was until the clock catches up.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -20,26 +22,49 @@ const REFRESH_AFTER: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone)]
 pub struct DbClock {
     backend: DbBackend,
-    reading: Arc<Mutex<(Instant, i64)>>,
+    reading: Arc<Mutex<Reading>>,
+}
+
+/// A database reading, the instant its round trip began, and the latest estimate handed out.
+#[derive(Debug, Clone, Copy)]
+struct Reading {
+    at: Instant,
+    db_ms: i64,
+    last_ms: i64,
+}
+
+impl Reading {
+    /// The estimate now, never below one handed out before; notes it as handed out.
+    fn estimate(&mut self) -> i64 {
+        let elapsed_ms = i64::try_from(self.at.elapsed().as_micros().div_ceil(1000)).unwrap_or(i64::MAX);
+        self.last_ms = self.last_ms.max(self.db_ms.saturating_add(elapsed_ms));
+        self.last_ms
+    }
 }
 
 impl DbClock {
     pub async fn measure(db: &DatabaseConnection, backend: DbBackend) -> Result<DbClock, Error> {
-        let before = Instant::now();
+        let at = Instant::now();
         let db_ms = read(db, backend).await?;
-        Ok(DbClock { backend, reading: Arc::new(Mutex::new((before, db_ms))) })
+        Ok(DbClock { backend, reading: Arc::new(Mutex::new(Reading { at, db_ms, last_ms: db_ms })) })
     }
 
     pub async fn now_ms(&self, db: &DatabaseConnection) -> Result<i64, Error> {
-        let (at, db_ms) = *self.reading.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if at.elapsed() < REFRESH_AFTER {
-            return Ok(db_ms + at.elapsed().as_millis() as i64);
+        {
+            let mut reading = self.reading.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if reading.at.elapsed() < REFRESH_AFTER {
+                return Ok(reading.estimate());
+            }
         }
-        let before = Instant::now();
-        let fresh = read(db, self.backend).await?;
+        let at = Instant::now();
+        let db_ms = read(db, self.backend).await?;
+        let mut reading = self.reading.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         // The reading was taken somewhere during the round trip; its start is the safe anchor.
-        *self.reading.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = (before, fresh);
-        Ok(fresh)
+        // Callers refreshing at once each bring one; the latest anchored is kept.
+        if at >= reading.at {
+            (reading.at, reading.db_ms) = (at, db_ms);
+        }
+        Ok(reading.estimate())
     }
 }
 
@@ -48,4 +73,24 @@ async fn read(db: &DatabaseConnection, backend: DbBackend) -> Result<i64, Error>
     let row = db.query_one_raw(Statement::from_string(backend, sql)).await.during("read the database clock", None)?;
     let row = row.ok_or_else(|| Error::Invalid("the database returned no clock reading".to_owned()))?;
     row.try_get::<i64>("", "now_ms").during("read the database clock", None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_estimate_never_goes_back() {
+        // A fresh reading 3 ms below what the last one handed out (its round trip was shorter).
+        let mut reading = Reading { at: Instant::now(), db_ms: 1_000, last_ms: 1_003 };
+        assert_eq!(reading.estimate(), 1_003);
+        assert!(reading.estimate() >= 1_003);
+    }
+
+    #[test]
+    fn an_estimate_rounds_the_elapsed_time_up() {
+        let at = Instant::now().checked_sub(Duration::from_micros(2_100)).expect("an instant 2.1 ms ago");
+        let mut reading = Reading { at, db_ms: 1_000, last_ms: 1_000 };
+        assert!(reading.estimate() >= 1_003, "2.1 ms past a reading is at least 3 ms on");
+    }
 }
