@@ -421,5 +421,14 @@ async fn planted_violations_are_found(db: &TestDb) {
         let found = invariants(&snapshot, &expected);
         assert_eq!(found, want, "{name}: {:#?}", check(&snapshot, &expected).violations);
     }
+
+    // Each extra effect counts once: a repeat under our request id is not counted again among
+    // its order's effects, nor one under a key no saga sent.
+    for (request, effect_id) in [(request_id(done, Step::Wms), "L-extra"), ("legacy-7".to_owned(), "L-legacy")] {
+        let mut snapshot = clean.clone();
+        snapshot.wms_ledger.push(lock(request.clone(), effect_id, 10_000, LedgerKind::Apply));
+        let report = check(&snapshot, &expected);
+        assert_eq!(report.duplicate_effects, 1, "{request}: {:#?}", report.violations);
+    }
 }
 both_engines!(checker_finds_planted_violations, planted_violations_are_found);
