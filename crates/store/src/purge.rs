@@ -187,13 +187,7 @@ impl Store {
             return Ok(candidates.into_iter().map(|c| c.biz_id).collect());
         }
         let orders = dialect::padded(orders);
-        let sql = format!(
-            "SELECT order_no, src_topic, src_partition, MIN(src_offset) AS first_offset FROM {} \
-             WHERE order_no IN ({}) AND status NOT IN ({}) GROUP BY order_no, src_topic, src_partition",
-            dialect::through_index(self.backend, "saga", "saga_order"),
-            dialect::placeholders(orders.len()),
-            crate::lease::quoted(&FINISHED_FOR_GOOD),
-        );
+        let sql = first_open_sql(self.backend, orders.len());
         let statement = Statement::from_sql_and_values(self.backend, sql, orders.into_iter().map(Value::from));
         let operation = "find reviews before finished sagas";
         let rows =
@@ -399,6 +393,18 @@ fn biz_ids(rows: &[sea_orm::QueryResult]) -> Result<Vec<String>, sea_orm::DbErr>
     rows.iter().map(|row| row.try_get::<String>("", "biz_id")).collect()
 }
 
+/// The first offset of each of `orders` order numbers' sagas not finished for good, by order
+/// (topic and partition): what [`Store::behind_a_review`] keeps a candidate behind.
+fn first_open_sql(backend: sea_orm::DbBackend, orders: usize) -> String {
+    format!(
+        "SELECT order_no, src_topic, src_partition, MIN(src_offset) AS first_offset FROM {} \
+         WHERE order_no IN ({}) AND status NOT IN ({}) GROUP BY order_no, src_topic, src_partition",
+        dialect::through_index(backend, "saga", "saga_order"),
+        dialect::placeholders(orders),
+        crate::lease::quoted(&FINISHED_FOR_GOOD),
+    )
+}
+
 /// The search for candidates: [`purgeable`] rows, with what [`Store::behind_a_review`] needs;
 /// with `skip_reviews`, only those with no earlier saga of their order not finished for good
 /// (the same question asked in the search, of each candidate).
@@ -577,6 +583,15 @@ mod tests {
             let plan = mysql_plan(store, &super::lock_listed_sql(4), values).await;
             let target = plan.iter().find(|(name, _, _)| name == "t").expect("a step for the saga table");
             assert_eq!((target.1.as_str(), target.2.as_str()), ("PRIMARY", "eq_ref"), "lock: plan {plan:?}");
+            // The read of the listed candidates' orders goes through saga_order for the longest
+            // list a listing makes (twice the largest batch, padded), not a scan of the table.
+            let listed = 2 * crate::BATCH_ROWS_MAX;
+            let orders = crate::dialect::padded((0..listed).map(|n| format!("O-{n}")).collect::<Vec<_>>());
+            assert_eq!(orders.len(), 1_024);
+            let sql = super::first_open_sql(store.backend, orders.len());
+            let plan = mysql_plan(store, &sql, orders.into_iter().map(Value::from).collect()).await;
+            assert_eq!(plan.len(), 1, "orders: plan {plan:?}");
+            assert_eq!((plan[0].1.as_str(), plan[0].2.as_str()), ("saga_order", "range"), "orders: plan {plan:?}");
         }
     }
     crate::both_engines!(purge_keeps_what_it_must, purges_only_old_finished_sagas);
