@@ -11,7 +11,11 @@
 //! Unknown keys are errors (every section denies unknown fields), so a typo in a file or a
 //! variable name is reported at start-up instead of silently falling back to a default. The one
 //! exception: a `MIDFLIGHT_` variable without a `__` section separator that names no top-level
-//! key is taken to belong to another tool (e.g. `MIDFLIGHT_TEST_MYSQL_URL`) and ignored.
+//! key is taken to belong to another tool (e.g. `MIDFLIGHT_TEST_MYSQL_URL`) and ignored, unless
+//! it starts with a section's name and one underscore (`MIDFLIGHT_DATABASE_URL`: an error that
+//! names `MIDFLIGHT_DATABASE__URL`). A value the service's types refuse is reported with the
+//! variable or flag that gave it; an optional key has no default to take its type from, so a
+//! value that looks like a number is taken as text where text is wanted (a numeric token).
 
 mod sections;
 
@@ -51,8 +55,17 @@ pub struct Sources {
 
 impl Sources {
     /// The usual sources of a binary: an optional file, the process environment and flags.
+    /// Variables of other programs are not read: one whose name or value is not Unicode would
+    /// otherwise stop every service at start. A `MIDFLIGHT_` value that is not Unicode is read
+    /// with U+FFFD in place of the bad bytes, which validation or the value's use then shows.
     pub fn from_process(file: Option<PathBuf>, overrides: Vec<String>) -> Sources {
-        Sources { file, env: std::env::vars().collect(), overrides }
+        let env = std::env::vars_os()
+            .filter_map(|(name, value)| {
+                let name = name.into_string().ok().filter(|name| name.starts_with(ENV_PREFIX))?;
+                Some((name, value.to_string_lossy().into_owned()))
+            })
+            .collect();
+        Sources { file, env, overrides }
     }
 }
 
@@ -80,6 +93,8 @@ pub fn load<T: Config>(sources: &Sources) -> Result<T, Error> {
         // Flat before the later layers, so that a flag's `linger.ms` replaces the file's.
         flatten_properties(&mut merged, &format!("config file {}", path.display()))?;
     }
+    // What the environment and the flags set, in order, to name the one a type error comes from.
+    let mut given: Vec<Given> = Vec::new();
     let mut env: Vec<&(String, String)> = sources.env.iter().filter(|(k, _)| k.starts_with(ENV_PREFIX)).collect();
     // Sorted so the outcome never depends on the order the OS lists variables in.
     env.sort();
@@ -89,10 +104,23 @@ pub fn load<T: Config>(sources: &Sources) -> Result<T, Error> {
         // belongs to a tool (the tests, the lab), not to this service: leave it alone. One that
         // names a section (`MIDFLIGHT_DATABSE__URL`) is configuration, and a typo there is an error.
         if path.len() == 1 && defaults.get(&path[0]).is_none() {
+            // Unless it starts with a section's name and one underscore: a missed `__`.
+            if let Some(section) = section_prefix(&defaults, &path[0]) {
+                let key = path[0][section.len() + 1..].to_ascii_uppercase();
+                return Err(Error::BadValue {
+                    origin: format!("environment variable {name}"),
+                    message: format!(
+                        "a section and its key are separated by two underscores: {ENV_PREFIX}{}{ENV_NESTING}{key}",
+                        section.to_ascii_uppercase()
+                    ),
+                });
+            }
             continue;
         }
         let path = property_path(path, true);
-        set_path(&mut merged, &defaults, &path, raw, &format!("environment variable {name}"))?;
+        let origin = format!("environment variable {name}");
+        set_path(&mut merged, &defaults, &path, raw, &origin)?;
+        given.push(Given { path, origin });
     }
     for item in &sources.overrides {
         let Some((key, raw)) = item.split_once('=') else {
@@ -103,13 +131,77 @@ pub fn load<T: Config>(sources: &Sources) -> Result<T, Error> {
         };
         let path: Vec<String> = key.trim().split('.').map(str::to_owned).collect();
         let path = property_path(path, false);
-        set_path(&mut merged, &defaults, &path, raw, &format!("override {key}"))?;
+        let origin = format!("override {key}");
+        set_path(&mut merged, &defaults, &path, raw, &origin)?;
+        given.push(Given { path, origin });
     }
     // A whole table given at once (`--set 'kafka.properties={"linger.ms": 5}'`).
     flatten_properties(&mut merged, "the environment or a flag")?;
-    let config: T = serde_json::from_value(merged).map_err(|e| Error::Shape { message: e.to_string() })?;
+    let config: T = deserialize(merged, &defaults, &given)?;
     let problems = config.problems();
     if problems.is_empty() { Ok(config) } else { Err(Error::Invalid { problems }) }
+}
+
+/// A value the environment or a flag set: where it went and where it came from.
+struct Given {
+    path: Vec<String>,
+    origin: String,
+}
+
+/// The section (a table among `defaults`' top-level keys) that `name` starts with, followed by
+/// one underscore, if any: `database_url` for `database`.
+fn section_prefix<'a>(defaults: &'a Value, name: &str) -> Option<&'a str> {
+    let sections = defaults.as_object()?.iter().filter(|(_, value)| value.is_object());
+    sections.map(|(key, _)| key.as_str()).find(|key| name.len() > key.len() + 1 && name.starts_with(&format!("{key}_")))
+}
+
+/// `merged` as `T`. A value the environment or a flag gave that `T` refuses is named: a value
+/// with no default to copy its type from (an optional key, e.g. a token) was guessed to be a
+/// number or a boolean if it looked like one, and is taken as text when `T` wants text there;
+/// otherwise the first given value without which `T` accepts the rest is the one reported.
+fn deserialize<T: DeserializeOwned>(mut merged: Value, defaults: &Value, given: &[Given]) -> Result<T, Error> {
+    let error = match serde_json::from_value::<T>(merged.clone()) {
+        Ok(config) => return Ok(config),
+        Err(error) => error,
+    };
+    for item in given {
+        let Some(slot) = lookup_mut(&mut merged, &item.path) else { continue };
+        if !matches!(slot, Value::Number(_) | Value::Bool(_)) {
+            continue;
+        }
+        let guessed = std::mem::replace(slot, Value::String(slot.to_string()));
+        let shape = item.path.iter().try_fold(defaults, |node, key| node.get(key));
+        if matches!(shape, None | Some(Value::Null))
+            && let Ok(config) = serde_json::from_value::<T>(merged.clone())
+        {
+            return Ok(config);
+        }
+        if let Some(slot) = lookup_mut(&mut merged, &item.path) {
+            *slot = guessed;
+        }
+    }
+    for item in given {
+        let mut without = merged.clone();
+        let default = item.path.iter().try_fold(defaults, |node, key| node.get(key)).cloned();
+        match (lookup_mut(&mut without, &item.path), default) {
+            (Some(slot), Some(default)) => *slot = default,
+            (Some(_), None) => {
+                let (leaf, parent) = item.path.split_last().expect("a given path is never empty");
+                if let Some(Value::Object(table)) = lookup_mut(&mut without, parent) {
+                    table.remove(leaf);
+                }
+            }
+            (None, _) => continue,
+        }
+        if serde_json::from_value::<T>(without).is_ok() {
+            return Err(Error::BadValue { origin: item.origin.clone(), message: error.to_string() });
+        }
+    }
+    Err(Error::Shape { message: error.to_string() })
+}
+
+fn lookup_mut<'a>(value: &'a mut Value, path: &[String]) -> Option<&'a mut Value> {
+    path.iter().try_fold(value, |node, key| node.get_mut(key))
 }
 
 /// Renders a configuration as TOML, for `--print-config` and the docs.

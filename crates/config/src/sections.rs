@@ -192,6 +192,9 @@ impl DatabaseSection {
         if self.max_connections == 0 || self.max_connections > 1_000 {
             problems.push(format!("{at}.max_connections must be in 1..=1000"));
         }
+        if self.connect_timeout_ms == 0 {
+            problems.push(format!("{at}.connect_timeout_ms must be positive"));
+        }
         if self.acquire_timeout_ms == 0 {
             problems.push(format!("{at}.acquire_timeout_ms must be positive"));
         }
@@ -288,11 +291,30 @@ impl GrpcClientSection {
         if self.request_timeout_ms == 0 {
             problems.push(format!("{at}.request_timeout_ms must be positive"));
         }
+        if self.connect_timeout_ms == 0 {
+            problems.push(format!("{at}.connect_timeout_ms must be positive"));
+        }
         if self.concurrency_limit == 0 {
             problems.push(format!("{at}.concurrency_limit must be positive"));
         }
+        problems.extend(token_problem(at, self.bearer_token.as_deref()));
         problems
     }
+}
+
+/// A bearer token goes into an HTTP header as it is: visible ASCII only. A secret file read with
+/// its trailing newline, or a token with spaces, would otherwise be dropped or refused at every
+/// call instead of at start.
+fn token_problem(at: &str, token: Option<&str>) -> Option<String> {
+    let token = token?;
+    if token.is_empty() {
+        return Some(format!("{at}.bearer_token must not be empty (leave it out for no token)"));
+    }
+    let bad = token.bytes().position(|byte| !byte.is_ascii_graphic())?;
+    Some(format!(
+        "{at}.bearer_token must be visible ASCII characters only (no spaces or line breaks); byte {bad} of {} is not",
+        token.len()
+    ))
 }
 
 impl Default for GrpcClientSection {
@@ -343,6 +365,7 @@ impl ServerSection {
         if self.request_timeout_ms == 0 || self.concurrency_limit == 0 {
             problems.push(format!("{at}.request_timeout_ms and {at}.concurrency_limit must be positive"));
         }
+        problems.extend(token_problem(at, self.bearer_token.as_deref()));
         problems
     }
 }

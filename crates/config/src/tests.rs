@@ -179,3 +179,48 @@ fn librdkafka_properties_keep_dotted_names_and_text_values() {
     let err = load::<Demo>(&sources(&[], &["kafka.properties..x=1"])).expect_err("an empty part");
     assert!(err.to_string().contains("empty key"), "{err}");
 }
+
+#[test]
+fn a_missed_double_underscore_is_named() {
+    let err = load::<Demo>(&sources(&[("MIDFLIGHT_DATABASE_URL", "mysql://x")], &[])).expect_err("one underscore");
+    let text = err.to_string();
+    assert!(text.contains("MIDFLIGHT_DATABASE_URL") && text.contains("MIDFLIGHT_DATABASE__URL"), "{text}");
+    let err = load::<Demo>(&sources(&[("MIDFLIGHT_KAFKA_BOOTSTRAP_SERVERS", "k:9092")], &[])).expect_err("one");
+    assert!(err.to_string().contains("MIDFLIGHT_KAFKA__BOOTSTRAP_SERVERS"), "{err}");
+    // A top-level key with an underscore of its own is still a key.
+    let demo: Demo = load(&sources(&[("MIDFLIGHT_LEASE_MS", "7")], &[])).expect("a key");
+    assert_eq!(demo.lease_ms, 7);
+}
+
+#[test]
+fn a_refused_value_names_where_it_came_from() {
+    let err = load::<Demo>(&sources(&[], &["database.max_connections=-1"])).expect_err("negative");
+    assert!(err.to_string().starts_with("override database.max_connections:"), "{err}");
+    let err = load::<Demo>(&sources(&[("MIDFLIGHT_DATABASE__MAX_CONNECTIONS", "1.5")], &[])).expect_err("a fraction");
+    assert!(err.to_string().starts_with("environment variable MIDFLIGHT_DATABASE__MAX_CONNECTIONS:"), "{err}");
+    // An optional key has no default to copy a type from: digits stay text where text is wanted.
+    let demo: Demo = load(&sources(&[("MIDFLIGHT_OWNER", "123")], &["owner=456"])).expect("text");
+    assert_eq!(demo.owner.as_deref(), Some("456"));
+    let demo: Demo = load(&sources(&[("MIDFLIGHT_OWNER", "true")], &[])).expect("text");
+    assert_eq!(demo.owner.as_deref(), Some("true"));
+}
+
+#[test]
+fn tokens_and_connect_timeouts_are_checked() {
+    let client = |token: Option<&str>| GrpcClientSection {
+        bearer_token: token.map(str::to_owned),
+        ..GrpcClientSection::default()
+    };
+    assert!(client(Some("s3cr3t-token.v1")).problems("wms").is_empty());
+    let problems = client(Some("s3cr3t\n")).problems("wms");
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].contains("wms.bearer_token must be visible ASCII") && problems[0].contains("byte 6 of 7"));
+    assert!(!problems[0].contains("s3cr3t"), "the token is not shown: {problems:?}");
+    assert!(client(Some("")).problems("wms")[0].contains("must not be empty"));
+    let server = ServerSection { bearer_token: Some("two words".into()), ..ServerSection::default() };
+    assert!(server.problems("server")[0].contains("server.bearer_token must be visible ASCII"));
+    let slow = GrpcClientSection { connect_timeout_ms: 0, ..GrpcClientSection::default() };
+    assert_eq!(slow.problems("logistics"), ["logistics.connect_timeout_ms must be positive"]);
+    let err = load::<Demo>(&sources(&[], &["database.connect_timeout_ms=0"])).expect_err("a connect failing at once");
+    assert!(err.to_string().contains("database.connect_timeout_ms must be positive"), "{err}");
+}

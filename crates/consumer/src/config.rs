@@ -166,6 +166,21 @@ pub const RELAY_CLAIM_MARGIN_MS: u64 = 5_000;
 pub const PRODUCER_FIXED: [&str; 5] =
     ["enable.idempotence", "acks", "request.required.acks", "message.timeout.ms", "delivery.timeout.ms"];
 
+/// librdkafka properties the consumer sets itself, each with why `kafka.properties` may not:
+/// its offsets are committed by hand, only up to messages whose rows are durable, and a group
+/// new to the topic starts at its earliest message; the others have keys of their own.
+pub const CONSUMER_FIXED: [(&str, &str); 9] = [
+    ("enable.auto.commit", "offsets are committed only up to messages whose rows are durable"),
+    ("enable.auto.offset.store", "offsets are committed only up to messages whose rows are durable"),
+    ("auto.offset.reset", "a group new to the topic starts at its earliest message, so none is skipped"),
+    ("bootstrap.servers", "set kafka.bootstrap_servers"),
+    ("group.id", "set kafka.group_id"),
+    ("group.instance.id", "set kafka.group_instance_id"),
+    ("group.protocol", "set kafka.group_protocol"),
+    ("session.timeout.ms", "set kafka.session_timeout_ms"),
+    ("max.poll.interval.ms", "set kafka.max_poll_interval_ms"),
+];
+
 /// Longest relay linger: notifications are late by up to this.
 pub const RELAY_LINGER_MS_MAX: u64 = 1_000;
 
@@ -274,6 +289,9 @@ impl Config for ConsumerConfig {
                 "kafka.properties.{key} may not be set for the consumer: its producer delivers dead-letter copies and notifications idempotently, to every in-sync replica, within consumer.delivery_timeout_ms (set that instead of a timeout)"
             ));
         }
+        for (key, why) in CONSUMER_FIXED.iter().filter(|(key, _)| self.kafka.properties.contains_key(*key)) {
+            problems.push(format!("kafka.properties.{key} may not be set for the consumer: {why}"));
+        }
         problems
     }
 }
@@ -356,6 +374,25 @@ mod tests {
                 problems.iter().any(|p| p.starts_with(&format!("kafka.properties.{key} may not be set"))),
                 "{problems:?}"
             );
+        }
+    }
+
+    #[test]
+    fn the_consumers_offsets_cannot_be_configured_away() {
+        let mut config = ConsumerConfig::default();
+        for (key, value) in [("enable.auto.commit", "true"), ("auto.offset.reset", "latest"), ("group.id", "other")] {
+            config.kafka.properties.insert(key.to_owned(), value.to_owned());
+        }
+        config.kafka.properties.insert("fetch.wait.max.ms".to_owned(), "10".to_owned());
+        let problems = config.problems();
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(
+            problems
+                .contains(&"kafka.properties.group.id may not be set for the consumer: set kafka.group_id".to_owned())
+        );
+        for key in ["enable.auto.commit", "auto.offset.reset"] {
+            let refused = format!("kafka.properties.{key} may not be set");
+            assert!(problems.iter().any(|p| p.starts_with(&refused)), "{problems:?}");
         }
     }
 }

@@ -25,6 +25,8 @@ const LIST_LIMIT_MAX: u64 = 10_000;
 const OPERATOR_LEN_MAX: usize = 64;
 const NOTE_LEN_MAX: usize = 400;
 
+/// Exit code of bad usage: a flag clap refuses, or a configuration that cannot be used.
+const EXIT_USAGE: u8 = 2;
 /// Exit code of a refused write (the row changed, or it is not in a state the action applies to).
 const EXIT_REFUSED: u8 = 3;
 
@@ -63,7 +65,7 @@ enum Command {
     /// Unfinished sagas not updated for a while; one that has not started names the earlier
     /// unfinished saga of its order it waits for (WAITS_FOR).
     Stuck {
-        #[arg(long, default_value_t = 60_000)]
+        #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(i64).range(0..))]
         older_than_ms: i64,
         #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=LIST_LIMIT_MAX))]
         limit: u64,
@@ -107,7 +109,7 @@ enum Command {
         /// The ticket's key: a biz_id or `orphan:<request id>`.
         key: String,
         /// WMS_LEDGER or LOGISTICS_LEDGER.
-        #[arg(long)]
+        #[arg(long, value_parser = [midflight_store::WMS_LEDGER_STEP, midflight_store::LOGISTICS_LEDGER_STEP])]
         step: String,
         #[arg(long, value_parser = parse_operator)]
         operator: String,
@@ -149,7 +151,12 @@ fn main() -> ExitCode {
         Ok(commands::Done::Refused) => ExitCode::from(EXIT_REFUSED),
         Err(error) => {
             eprintln!("sagactl: {error:#}");
-            ExitCode::FAILURE
+            // A configuration that cannot be used is bad usage, as a bad flag is.
+            if error.downcast_ref::<midflight_config::Error>().is_some() {
+                ExitCode::from(EXIT_USAGE)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

@@ -270,3 +270,17 @@ async fn tickets_stuck_and_reconcile(db: &TestDb) {
     assert_eq!(again.code, REFUSED, "{}", again.stderr);
 }
 both_engines!(tickets_stuck_and_reconcile_once, tickets_stuck_and_reconcile);
+
+/// Bad usage exits 2 before touching the database, whether clap or the configuration refuses it.
+async fn bad_usage(db: &TestDb) {
+    let config = sagactl(db, &["--set", "database.max_connections=many", "list"]).await;
+    assert_eq!(config.code, 2, "{}", config.stderr);
+    assert!(config.stderr.contains("override database.max_connections"), "{}", config.stderr);
+    let step = ["close-ticket", "k", "--step", "WMS", "--operator", "carol", "--note", "n"];
+    let step = sagactl(db, &step).await;
+    assert_eq!(step.code, 2, "{}", step.stderr);
+    assert!(step.stderr.contains("WMS_LEDGER"), "{}", step.stderr);
+    let negative = sagactl(db, &["stuck", "--older-than-ms", "-5"]).await;
+    assert_eq!(negative.code, 2, "{}", negative.stderr);
+}
+both_engines!(bad_usage_exits_2, bad_usage);

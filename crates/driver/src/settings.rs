@@ -4,6 +4,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+/// Longest lease: a day. A dead owner's sagas wait this long before another takes them over,
+/// and every lease end (the database clock plus this) stays far from overflowing.
+pub const LEASE_MS_MAX: i64 = 86_400_000;
+
 /// How long a driver may own a saga and wait for a downstream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -37,15 +41,15 @@ impl DriverSettings {
 
     pub fn problems(&self, at: &str) -> Vec<String> {
         let mut problems = Vec::new();
-        if self.lease_ms <= 0 {
-            problems.push(format!("{at}.lease_ms must be positive"));
+        if !(1..=LEASE_MS_MAX).contains(&self.lease_ms) {
+            problems.push(format!("{at}.lease_ms must be in 1..={LEASE_MS_MAX} (a day), got {}", self.lease_ms));
         }
         let needed = self.rpc_timeout_ms.saturating_add(self.lease_margin_ms).saturating_mul(2);
         if u64::try_from(self.lease_ms).unwrap_or(0) < needed {
             problems.push(format!(
                 "{at}.lease_ms ({}) must be at least twice rpc_timeout_ms + lease_margin_ms ({}), so a call never outlives the lease",
                 self.lease_ms,
-                self.rpc_timeout_ms + self.lease_margin_ms
+                self.rpc_timeout_ms.saturating_add(self.lease_margin_ms)
             ));
         }
         if self.rpc_timeout_ms == 0 {

@@ -185,6 +185,14 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<bool> {
     if args.seconds <= args.warmup_seconds {
         bail!("--seconds ({}) must exceed --warmup-seconds ({})", args.seconds, args.warmup_seconds);
     }
+    if args.consumers == 0 || args.baseline_a_consumers == 0 || args.partitions < 1 {
+        bail!("--consumers, --baseline-a-consumers and --partitions must be at least 1");
+    }
+    if let Some(rate) = args.rate
+        && !(rate.is_finite() && rate > 0.0)
+    {
+        bail!("--rate must be a positive number of messages a second, got {rate}");
+    }
     let run_dir = args.run_dir.join(format!("bench-{}", crate::timestamp()));
     let out = args.out.clone().unwrap_or_else(|| run_dir.join("report"));
     std::fs::create_dir_all(&out)?;

@@ -47,6 +47,9 @@ pub struct ChaosArgs {
 }
 
 pub async fn run(args: ChaosArgs) -> anyhow::Result<bool> {
+    if args.consumers == 0 || args.messages == 0 {
+        anyhow::bail!("--consumers and --messages must be at least 1");
+    }
     let seed = args.seed.unwrap_or_else(|| rand::rng().random());
     println!(
         "chaos: seed {seed} (replay with --seed {seed}), {} messages, {} faults, group protocol {}, Kafka {}",

@@ -43,6 +43,12 @@ pub struct DemoArgs {
 
 /// Runs both halves; returns whether midflight kept every invariant.
 pub async fn demo(args: DemoArgs) -> anyhow::Result<bool> {
+    if !(0.0..=1.0).contains(&args.drop_response) {
+        anyhow::bail!("--drop-response is a share of LockStock answers, 0 to 1; got {}", args.drop_response);
+    }
+    if args.messages == 0 {
+        anyhow::bail!("--messages must be at least 1");
+    }
     let run_dir = args.run_dir.join(format!("demo-{}", crate::timestamp()));
     let legacy = execute(plan(&args, &run_dir, true)).await?;
     let mut ours = execute(plan(&args, &run_dir, false)).await?;

@@ -15,11 +15,12 @@ pub struct Contract {
     /// It answers "what happened to request X?" by our request id.
     pub queryable: bool,
     /// A repeat with the same request id returns the first answer instead of acting again, for
-    /// this long after the first request (`None`: it does not deduplicate on our id at all).
+    /// this long after the first request (`None` or 0: it does not deduplicate on our id at all;
+    /// a configuration file states it with 0, since a key left out takes the default).
     pub idempotent_for_ms: Option<i64>,
     /// How long after a request was sent it may still arrive and take effect.
     pub in_flight_window_ms: i64,
-    /// How long after the effect a reversal is still accepted (`None`: never).
+    /// How long after the effect a reversal is still accepted (`None` or 0: never).
     pub reversible_for_ms: Option<i64>,
     /// Reversing an unknown request id records a tombstone that refuses a late request.
     pub tombstones: bool,
@@ -65,8 +66,8 @@ impl Contract {
         if self.in_flight_window_ms <= 0 {
             problems.push(format!("{at}.in_flight_window_ms must be positive"));
         }
-        if self.idempotent_for_ms.is_some_and(|w| w <= 0) || self.reversible_for_ms.is_some_and(|w| w <= 0) {
-            problems.push(format!("{at}: windows must be positive (leave a window out for \"never\")"));
+        if self.idempotent_for_ms.is_some_and(|w| w < 0) || self.reversible_for_ms.is_some_and(|w| w < 0) {
+            problems.push(format!("{at}: idempotent_for_ms and reversible_for_ms must be 0 (never) or positive"));
         }
         problems
     }
@@ -120,5 +121,25 @@ pub struct Rules {
 impl Default for Rules {
     fn default() -> Self {
         Rules { wms: Contract::CAREFUL, logistics: Contract::CAREFUL, retry: RetryPolicy::default() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_of_zero_is_never() {
+        let legacy = Contract { idempotent_for_ms: Some(0), reversible_for_ms: Some(0), ..Contract::CAREFUL };
+        assert!(legacy.problems("rules.wms").is_empty());
+        for contract in [legacy, Contract { idempotent_for_ms: None, reversible_for_ms: None, ..Contract::CAREFUL }] {
+            assert!(!contract.deduplicates(1_000, 1_000), "{contract:?}");
+            assert!(!contract.reversible(1_000, 1_000), "{contract:?}");
+        }
+        let negative = Contract { reversible_for_ms: Some(-1), ..Contract::CAREFUL };
+        assert_eq!(
+            negative.problems("rules.wms"),
+            ["rules.wms: idempotent_for_ms and reversible_for_ms must be 0 (never) or positive"]
+        );
     }
 }

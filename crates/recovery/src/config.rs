@@ -8,6 +8,9 @@ use midflight_model::Rules;
 use midflight_service::ServiceConfig;
 use serde::{Deserialize, Serialize};
 
+/// Longest shutdown drain: beyond a minute an orchestrator kills the process anyway.
+pub const DRAIN_TIMEOUT_MS_MAX: u64 = 60_000;
+
 /// Largest scan page: one page is one indexed query and its rows are held in memory.
 pub const SCAN_BATCH_MAX: u64 = 10_000;
 /// Most sagas one worker drives at once.
@@ -255,6 +258,14 @@ impl RecoverySection {
         }
         if self.scan_interval_ms == 0 {
             problems.push(format!("{at}.scan_interval_ms must be positive"));
+        }
+        // As the consumer's shutdown deadline: 0 would abandon every drive at once, and beyond
+        // a minute an orchestrator kills the process anyway.
+        if !(1..=DRAIN_TIMEOUT_MS_MAX).contains(&self.drain_timeout_ms) {
+            problems.push(format!(
+                "{at}.drain_timeout_ms must be in 1..={DRAIN_TIMEOUT_MS_MAX}, got {}",
+                self.drain_timeout_ms
+            ));
         }
         if !(1..=SCAN_BATCH_MAX).contains(&self.scan_batch) {
             problems.push(format!("{at}.scan_batch must be in 1..={SCAN_BATCH_MAX}"));
