@@ -955,6 +955,36 @@ async fn outbox_claims_do_not_overlap(db: &TestDb) {
 }
 both_engines!(outbox_relay_claims, outbox_claims_do_not_overlap);
 
+/// Order numbers are compared byte for byte on both engines: AB-1 and ab-1 are two orders,
+/// each with its saga, log, business row and outbox row (on MySQL's default collation they were
+/// one key, and the second order's inbox batch failed at every try).
+async fn case_differs(db: &TestDb) {
+    let store = &db.store;
+    let (upper, lower) = (received(store, "AB-1", 1).await, received(store, "ab-1", 2).await);
+    let arrivals = store.insert_arrivals(&[upper.clone(), lower.clone()], "c1", LEASE_MS, "c1").await.expect("insert");
+    let fresh: Vec<Saga> = arrivals
+        .into_iter()
+        .map(|arrival| match arrival {
+            Arrival::Fresh(saga) => saga,
+            other => panic!("expected two fresh arrivals, got {other:?}"),
+        })
+        .collect();
+    let ids: Vec<&str> = fresh.iter().map(|saga| saga.biz_id.as_str()).collect();
+    assert_eq!(ids, ["AB-1:PAID", "ab-1:PAID"]);
+    for saga in [&upper, &lower] {
+        let row = store.get(&saga.biz_id).await.expect("get").expect("row");
+        assert_eq!((row.biz_id.as_str(), row.order_no.as_str()), (saga.biz_id.as_str(), saga.order_no.as_str()));
+        assert_eq!(store.transitions(&saga.biz_id).await.expect("log").len(), 1, "{}: its own arrival", saga.biz_id);
+    }
+    // The business row and the intent of one are not the other's.
+    let requested = step(store, &fresh[1], Observation::Nothing).await;
+    assert_eq!(requested.status, Status::WmsRequested);
+    assert!(store.order_row(&lower.biz_id).await.expect("read").is_some());
+    assert!(store.order_row(&upper.biz_id).await.expect("read").is_none());
+    assert_eq!(store.get(&upper.biz_id).await.expect("get").expect("row").status, Status::Received);
+}
+both_engines!(order_numbers_differing_in_case_are_two_orders, case_differs);
+
 #[test]
 fn migration_comments_hold_no_semicolons() {
     for (name, sql) in midflight_store::migration_files() {
