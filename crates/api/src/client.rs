@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use midflight_config::GrpcClientSection;
-use midflight_model::{Call, LogisticsAnswer, Observation, Saga, Step, WmsAnswer};
+use midflight_model::{Call, LogisticsAnswer, Observation, Saga, Step, TRACKING_NO_LEN_MAX, WmsAnswer};
 use tokio::sync::Semaphore;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Status};
@@ -225,7 +225,9 @@ impl Downstreams {
             lgx::CancelResult::Cancelled => LogisticsAnswer::Cancelled,
             lgx::CancelResult::Tombstoned => LogisticsAnswer::Tombstoned,
             lgx::CancelResult::NothingToCancel => LogisticsAnswer::NothingToCancel,
-            lgx::CancelResult::Irreversible => LogisticsAnswer::Irreversible { tracking_no: response.tracking_no },
+            lgx::CancelResult::Irreversible => {
+                LogisticsAnswer::Irreversible { tracking_no: tracking_no(response.tracking_no)? }
+            }
             lgx::CancelResult::VoucherMismatch => LogisticsAnswer::VoucherMismatch,
             lgx::CancelResult::Unspecified => {
                 return Err(Status::internal("logistics answered without a cancel result"));
@@ -384,7 +386,7 @@ fn lock_answer(state: wms::LockState, reason: String) -> Result<WmsAnswer, Statu
 
 fn shipment_answer(response: lgx::ShipmentResponse) -> Result<LogisticsAnswer, Status> {
     Ok(match response.state() {
-        lgx::ShipmentState::Created => LogisticsAnswer::Created { tracking_no: response.tracking_no },
+        lgx::ShipmentState::Created => LogisticsAnswer::Created { tracking_no: tracking_no(response.tracking_no)? },
         lgx::ShipmentState::Rejected => LogisticsAnswer::Rejected { reason: response.reason },
         lgx::ShipmentState::Cancelled => LogisticsAnswer::Cancelled,
         lgx::ShipmentState::Tombstoned => LogisticsAnswer::Tombstoned,
@@ -393,6 +395,44 @@ fn shipment_answer(response: lgx::ShipmentResponse) -> Result<LogisticsAnswer, S
     })
 }
 
+/// A shipment's tracking number as the tables hold it: 1..=64 visible characters. Any other is
+/// treated like an answer without a state (no answer at all): the saga could not record it, and
+/// a write failing at every try would hold the saga without counting an attempt.
+fn tracking_no(tracking_no: String) -> Result<String, Status> {
+    let chars = tracking_no.chars().count();
+    if chars == 0 || chars > TRACKING_NO_LEN_MAX || tracking_no.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(Status::internal(format!(
+            "logistics answered with a tracking number of {chars} characters; 1..={TRACKING_NO_LEN_MAX} without spaces fit"
+        )));
+    }
+    Ok(tracking_no)
+}
+
 fn describe(status: &Status) -> String {
     format!("{:?}: {}", status.code(), status.message())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn created(tracking_no: &str) -> lgx::ShipmentResponse {
+        lgx::ShipmentResponse {
+            state: lgx::ShipmentState::Created.into(),
+            tracking_no: tracking_no.to_owned(),
+            ..lgx::ShipmentResponse::default()
+        }
+    }
+
+    #[test]
+    fn a_tracking_number_the_tables_cannot_hold_is_no_answer() {
+        let fits = "T".repeat(TRACKING_NO_LEN_MAX);
+        let answer = shipment_answer(created(&fits)).expect("fits");
+        assert_eq!(answer, LogisticsAnswer::Created { tracking_no: fits.clone() });
+        for bad in ["T".repeat(TRACKING_NO_LEN_MAX + 1), String::new(), "TRK 1".to_owned(), "TRK-1\n".to_owned()] {
+            let refused = shipment_answer(created(&bad)).expect_err("refused");
+            assert_eq!(refused.code(), tonic::Code::Internal, "{bad:?}");
+            assert!(refused.message().contains("tracking number"), "{refused:?}");
+        }
+    }
 }

@@ -20,6 +20,11 @@ pub enum WmsAnswer {
     VoucherMismatch,
 }
 
+/// The longest tracking number the tables hold (`VARCHAR(64)`): a provider's longer one is not
+/// an answer the saga can record (the downstream client refuses it as it would a malformed
+/// answer, so the step is retried and, failing, goes to a person).
+pub const TRACKING_NO_LEN_MAX: usize = 64;
+
 /// What the logistics provider said about our request id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LogisticsAnswer {

@@ -16,8 +16,7 @@ use crate::{Cas, Store, dialect};
 /// What an operator's writes are logged as, before the operator's name: `operator:<name>`.
 pub const OPERATOR_ACTOR: &str = "operator:";
 
-/// The longest tracking number the tables hold (`VARCHAR(64)`).
-pub const TRACKING_NO_LEN_MAX: usize = 64;
+pub use midflight_model::TRACKING_NO_LEN_MAX;
 
 impl Store {
     /// Moves a MANUAL_REVIEW saga to `to`, if it is still at `expected_version`. A move back to
