@@ -16,7 +16,7 @@ pub mod telemetry;
 
 use std::time::{Duration, Instant};
 
-use midflight_model::{Call, Change, Observation, Plan, Rules, Saga, Status, plan};
+use midflight_model::{Call, Change, Observation, Plan, Rules, Saga, Status, Step, plan};
 use midflight_store::{Cas, Store};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -265,13 +265,32 @@ impl<D: Downstream> Driver<D> {
     /// Writes a new start for the in-flight window of the intent the row records (nothing has
     /// been sent under it yet); `false` if the saga was lost meanwhile.
     async fn restart_intent_clock(&self, held: &mut Held) -> Result<bool, midflight_store::Error> {
-        let change = Change {
-            restart_intent_clock: true,
-            reason: "opened intent waited before its first call; restarting its clock".to_owned(),
-            ..Change::default()
-        };
+        self.restart_intent_clock_for(held, "opened intent waited before its first call; restarting its clock").await
+    }
+
+    async fn restart_intent_clock_for(&self, held: &mut Held, reason: &str) -> Result<bool, midflight_store::Error> {
+        let change = Change { restart_intent_clock: true, reason: reason.to_owned(), ..Change::default() };
         let now_ms = self.store.now_ms().await?;
         self.write(held, &change, now_ms).await
+    }
+
+    /// Whether `call` would be sent more than an RPC timeout after its intent's clock was read,
+    /// to a downstream that does not deduplicate our request id: its in-flight window (after
+    /// which a query's "not found" lets a resend go) counts from that clock, so a request sent
+    /// late could still land after a resend. The intent is stamped when its write is planned,
+    /// and the write may wait (a busy group, a pool, a lock) before the call goes.
+    async fn intent_clock_stale(&self, held: &Held, call: Call) -> Result<bool, midflight_store::Error> {
+        if !matches!(call, Call::LockStock | Call::CreateShipment) {
+            return Ok(false);
+        }
+        let contract = match call.step() {
+            Step::Wms => &self.rules.wms,
+            Step::Logistics => &self.rules.logistics,
+        };
+        let Some(intent_at_ms) = held.saga.intent_at_ms else { return Ok(false) };
+        let now_ms = self.store.now_ms().await?;
+        let rpc_timeout_ms = i64::try_from(self.settings.rpc_timeout_ms).unwrap_or(i64::MAX);
+        Ok(!contract.deduplicates(intent_at_ms, now_ms) && now_ms.saturating_sub(intent_at_ms) > rpc_timeout_ms)
     }
 
     /// Writes `change` to the held row at `now_ms` (with the time of the call it records, if
@@ -304,6 +323,12 @@ impl<D: Downstream> Driver<D> {
         if self.shutdown.is_cancelled() {
             self.release(held).await?;
             return Ok(None);
+        }
+        if self.intent_clock_stale(held, call).await? {
+            let reason = "intent waited more than an RPC timeout before its call; restarting its clock";
+            if !self.restart_intent_clock_for(held, reason).await? {
+                return Ok(None);
+            }
         }
         let needed = self.settings.rpc_timeout() + self.settings.lease_margin();
         if Instant::now() + needed >= held.lease_valid_until {

@@ -181,6 +181,57 @@ async fn opened_in_the_inbox(db: &TestDb) {
 }
 both_engines!(opened_in_the_inbox_starts_with_its_call, opened_in_the_inbox);
 
+/// A downstream that can be queried but does not deduplicate our request id: a request that
+/// lands after "not found" and a resend applies twice, so its in-flight window must count from
+/// the send. An intent whose write waited more than an RPC timeout (here behind a transaction
+/// holding the row, on SQLite the database's write lock) gets its clock restarted first.
+async fn intent_that_waited(db: &TestDb) {
+    use sea_orm::{ConnectionTrait, Statement, TransactionTrait};
+    let mocks = MockDownstreams::start(MockOptions::default()).await;
+    let calls = CallLog::default();
+    let careless = midflight_model::Contract { idempotent_for_ms: Some(0), ..midflight_model::Contract::CAREFUL };
+    let rpc_timeout_ms = 500;
+    let consumer = Driver::new(
+        db.store.clone(),
+        Recording { inner: mocks.client(), calls: calls.clone() },
+        Rules { wms: careless, ..rules() },
+        DriverSettings::new(LEASE_MS, rpc_timeout_ms, 100),
+        "c1".to_owned(),
+        "test:c1".to_owned(),
+        CancellationToken::new(),
+    );
+    let saga = arrive(&db.store, &event("O-1", "CN-ZJ"), "c1", LEASE_MS, 600_000).await;
+    let holder = db.store.connection().begin().await.expect("holder");
+    let hold = Statement::from_sql_and_values(
+        db.store.connection().get_database_backend(),
+        "UPDATE saga SET version = version WHERE biz_id = ?",
+        [saga.biz_id.clone().into()],
+    );
+    holder.execute_raw(hold).await.expect("hold the row");
+    let held_from = db.store.now_ms().await.expect("clock");
+    let biz_id = saga.biz_id.clone();
+    let drive = tokio::spawn(async move { consumer.drive(saga, Instant::now()).await });
+    let released_at = held_from + rpc_timeout_ms as i64 + 200;
+    until("more than an RPC timeout with the row held", || async {
+        db.store.now_ms().await.expect("clock") > released_at
+    })
+    .await;
+    holder.rollback().await.expect("release");
+    assert_eq!(finished(&drive.await.expect("drive")), Status::Done);
+    let sent = calls.lock().expect("calls").first().cloned().expect("a call");
+    assert_eq!(sent.0, Call::LockStock);
+    let sent_under = sent.1.expect("an intent clock");
+    assert!(
+        sent_under >= released_at,
+        "the lock went under a clock read before the wait: {sent_under} < {released_at}"
+    );
+    let done = db.store.get(&biz_id).await.expect("get").expect("row");
+    assert_eq!(done.version, 7, "one write more than a drive without the wait (6)");
+    let (wms, _) = ledgers(&mocks.client()).await;
+    assert_eq!(kinds(&wms), vec![LedgerKind::Apply]);
+}
+both_engines!(an_intent_that_waited_restarts_its_clock_before_a_careless_downstream, intent_that_waited);
+
 async fn opened_long_ago(db: &TestDb) {
     let mocks = MockDownstreams::start(MockOptions::default()).await;
     let calls = CallLog::default();
