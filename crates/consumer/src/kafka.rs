@@ -291,6 +291,13 @@ pub(crate) fn consumer(section: &KafkaSection, owner: &str, mut context: Context
     }
     // Under KIP-848's `consumer` protocol the broker assigns (always incrementally) and owns the
     // session timeout; librdkafka refuses both settings there.
+    if section.group_protocol != "classic" && section.session_timeout_ms != KafkaSection::default().session_timeout_ms {
+        tracing::warn!(
+            session_timeout_ms = section.session_timeout_ms,
+            group_protocol = %section.group_protocol,
+            "kafka.session_timeout_ms is not used under this group protocol: the broker's group.consumer.session.timeout.ms applies"
+        );
+    }
     if let Some(instance_id) = &section.group_instance_id {
         config.set("group.instance.id", instance_id);
     }
