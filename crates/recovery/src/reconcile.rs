@@ -302,11 +302,15 @@ impl Reconciler {
         // an orphan's by its request id.
         let mut ids = [wms.ids, logistics.ids];
         let mut with_findings = BTreeSet::new();
-        for ticket in self.store.open_tickets_at(&[WMS_LEDGER_STEP, LOGISTICS_LEDGER_STEP], OPEN_FINDINGS_MAX).await? {
-            if !ticket.biz_id.starts_with(ORPHAN_KEY_PREFIX) {
-                with_findings.insert(ticket.biz_id);
-            } else if let Some(id) = ticket.evidence["request_id"].as_str() {
-                ids[usize::from(ticket.step == LOGISTICS_LEDGER_STEP)].insert(id.to_owned());
+        let steps = [WMS_LEDGER_STEP, LOGISTICS_LEDGER_STEP];
+        for (key, step) in self.store.open_ticket_keys_at(&steps, OPEN_FINDINGS_MAX).await? {
+            match key.strip_prefix(ORPHAN_KEY_PREFIX) {
+                Some(id) => {
+                    ids[usize::from(step == LOGISTICS_LEDGER_STEP)].insert(id.to_owned());
+                }
+                None => {
+                    with_findings.insert(key);
+                }
             }
         }
         let judged: HashSet<&str> = finished.views.iter().map(|view| view.biz_id.as_str()).collect();
@@ -315,15 +319,21 @@ impl Reconciler {
         finished.views.extend(found_again.views);
         finished.unreadable.extend(found_again.unreadable);
         // Per step, the request ids to judge, and those the sagas read above name (judged with
-        // their saga; the rest by the saga found by request id).
+        // their saga; the rest by the saga found by request id). A saga that never recorded a
+        // step's intent names no id there: an effect under the id derived from its biz_id is
+        // judged with the rest (an orphan, as a full pass finds it), not skipped with the saga.
         let mut named: [HashSet<String>; 2] = Default::default();
         for view in &finished.views {
             for (index, step) in [Step::Wms, Step::Logistics].into_iter().enumerate() {
-                let id = view
-                    .request_id(step)
-                    .map_or_else(|| midflight_model::request_id(&view.biz_id, step), str::to_owned);
-                ids[index].insert(id.clone());
-                named[index].insert(id);
+                match view.request_id(step) {
+                    Some(id) => {
+                        ids[index].insert(id.to_owned());
+                        named[index].insert(id.to_owned());
+                    }
+                    None => {
+                        ids[index].insert(midflight_model::request_id(&view.biz_id, step));
+                    }
+                }
             }
         }
         let [wms_ids, logistics_ids] = ids;

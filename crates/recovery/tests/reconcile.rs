@@ -429,6 +429,33 @@ async fn ledger_too_large_is_an_error(db: &TestDb) {
 }
 both_engines!(reconcile_refuses_an_oversized_ledger, ledger_too_large_is_an_error);
 
+/// An incremental pass judges an effect under the derived id of a saga that never recorded
+/// that step's intent as a full pass does: an orphan (here a shipment made under the request id
+/// of a saga the WMS turned down, which rolled back before any shipment intent).
+async fn an_effect_no_intent_named_is_an_orphan(db: &TestDb) {
+    let stock = [("SKU-0001".to_owned(), 1_000), ("SKU-0009".to_owned(), 0)].into_iter().collect();
+    let mocks = MockDownstreams::start(MockOptions { stock, ..MockOptions::default() }).await;
+    let client = mocks.client();
+    drive_to_end(&db.store, &client, "O-1", "CN-ZJ", 1).await;
+    let first = reconciler(&db.store, client.clone()).run_incremental().await.expect("first pass");
+    assert_eq!(first.findings_total(), 0, "{first:#?}");
+    let mut refused = event("O-REJ", "PAID", "CN-ZJ");
+    refused.lines[0].sku = "SKU-0009".into();
+    let rejected = drive_event_to_end(&db.store, &client, refused, 2).await;
+    assert_eq!((rejected.status, rejected.logistics_request_id.as_deref()), (Status::RolledBack, None));
+    let shipped = client.call(Call::CreateShipment, &rejected, Duration::from_secs(5)).await;
+    assert!(matches!(shipped, Observation::Logistics(LogisticsAnswer::Created { .. })), "{shipped:?}");
+    let last_write = db.store.get(&rejected.biz_id).await.expect("get").expect("row").updated_at_ms;
+    until("the clock to pass the last write", || async { db.store.now_ms().await.expect("clock") > last_write }).await;
+
+    let next = reconciler(&db.store, client).run_incremental().await.expect("next pass");
+    let found: Vec<(FindingKind, Step, Option<&str>)> =
+        next.findings.iter().map(|f| (f.kind, f.step, f.biz_id.as_deref())).collect();
+    assert_eq!(found, [(FindingKind::Orphan, Step::Logistics, None)], "{next:#?}");
+    assert_eq!(next.findings[0].request_id, request_id(&rejected.biz_id, Step::Logistics));
+}
+both_engines!(an_incremental_pass_finds_an_effect_no_intent_named, an_effect_no_intent_named_is_an_orphan);
+
 /// The effects of purged sagas are judged by their business rows, which are kept: one lock
 /// and one shipment of a shipped order are the saga's (`owned_by_purged`), a second lock is a
 /// double effect, a lock in force after a reversal an effect after rollback. An effect no saga

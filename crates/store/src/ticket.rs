@@ -113,17 +113,22 @@ impl Store {
         rows.into_iter().map(to_ticket).collect()
     }
 
-    /// Open tickets at one of `steps`, newest first, at most `limit`.
-    pub async fn open_tickets_at(&self, steps: &[&str], limit: u64) -> Result<Vec<Ticket>, Error> {
-        let rows = manual_ticket::Entity::find()
+    /// The keys (a biz_id or `orphan:<request id>`) and steps of the open tickets at one of
+    /// `steps`, newest first, at most `limit`: what a reconciliation pass judges again, without
+    /// the evidence (each up to a saga row with its payload).
+    pub async fn open_ticket_keys_at(&self, steps: &[&str], limit: u64) -> Result<Vec<(String, String)>, Error> {
+        manual_ticket::Entity::find()
+            .select_only()
+            .column(manual_ticket::Column::BizId)
+            .column(manual_ticket::Column::Step)
             .filter(manual_ticket::Column::State.eq(TicketState::Open.as_str()))
             .filter(manual_ticket::Column::Step.is_in(steps.iter().copied()))
             .order_by_desc(manual_ticket::Column::OpenedAtMs)
             .limit(limit)
+            .into_tuple()
             .all(&self.db)
             .await
-            .during("list open tickets", None)?;
-        rows.into_iter().map(to_ticket).collect()
+            .during("list open tickets", None)
     }
 
     /// The tickets of one saga.
