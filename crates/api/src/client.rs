@@ -395,14 +395,15 @@ fn shipment_answer(response: lgx::ShipmentResponse) -> Result<LogisticsAnswer, S
     })
 }
 
-/// A shipment's tracking number as the tables hold it: 1..=64 visible characters. Any other is
+/// A shipment's tracking number as the tables hold it: 1..=64 visible ASCII characters (a
+/// database whose character set is not Unicode holds those too). Any other is
 /// treated like an answer without a state (no answer at all): the saga could not record it, and
 /// a write failing at every try would hold the saga without counting an attempt.
 fn tracking_no(tracking_no: String) -> Result<String, Status> {
     let chars = tracking_no.chars().count();
-    if chars == 0 || chars > TRACKING_NO_LEN_MAX || tracking_no.chars().any(|c| c.is_whitespace() || c.is_control()) {
+    if chars == 0 || chars > TRACKING_NO_LEN_MAX || !tracking_no.bytes().all(|byte| byte.is_ascii_graphic()) {
         return Err(Status::internal(format!(
-            "logistics answered with a tracking number of {chars} characters; 1..={TRACKING_NO_LEN_MAX} without spaces fit"
+            "logistics answered with a tracking number of {chars} characters; 1..={TRACKING_NO_LEN_MAX} visible ASCII characters fit"
         )));
     }
     Ok(tracking_no)
@@ -429,7 +430,9 @@ mod tests {
         let fits = "T".repeat(TRACKING_NO_LEN_MAX);
         let answer = shipment_answer(created(&fits)).expect("fits");
         assert_eq!(answer, LogisticsAnswer::Created { tracking_no: fits.clone() });
-        for bad in ["T".repeat(TRACKING_NO_LEN_MAX + 1), String::new(), "TRK 1".to_owned(), "TRK-1\n".to_owned()] {
+        let bad =
+            ["T".repeat(TRACKING_NO_LEN_MAX + 1), String::new(), "TRK 1".into(), "TRK-1\n".into(), "运单1".into()];
+        for bad in bad {
             let refused = shipment_answer(created(&bad)).expect_err("refused");
             assert_eq!(refused.code(), tonic::Code::Internal, "{bad:?}");
             assert!(refused.message().contains("tracking number"), "{refused:?}");

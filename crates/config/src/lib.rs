@@ -151,7 +151,8 @@ struct Given {
 /// The section (a table among `defaults`' top-level keys) that `name` starts with, followed by
 /// one underscore, if any: `database_url` for `database`.
 fn section_prefix<'a>(defaults: &'a Value, name: &str) -> Option<&'a str> {
-    let sections = defaults.as_object()?.iter().filter(|(_, value)| value.is_object());
+    // An optional section (the recovery worker's `kafka`) has no table among the defaults.
+    let sections = defaults.as_object()?.iter().filter(|(_, value)| value.is_object() || value.is_null());
     sections.map(|(key, _)| key.as_str()).find(|key| name.len() > key.len() + 1 && name.starts_with(&format!("{key}_")))
 }
 
@@ -159,35 +160,58 @@ fn section_prefix<'a>(defaults: &'a Value, name: &str) -> Option<&'a str> {
 /// with no default to copy its type from (an optional key, e.g. a token) was guessed to be a
 /// number or a boolean if it looked like one, and is taken as text when `T` wants text there;
 /// otherwise the first given value without which `T` accepts the rest is the one reported.
-fn deserialize<T: DeserializeOwned>(mut merged: Value, defaults: &Value, given: &[Given]) -> Result<T, Error> {
+fn deserialize<T: DeserializeOwned>(merged: Value, defaults: &Value, given: &[Given]) -> Result<T, Error> {
     let error = match serde_json::from_value::<T>(merged.clone()) {
         Ok(config) => return Ok(config),
         Err(error) => error,
     };
-    for item in given {
-        let Some(slot) = lookup_mut(&mut merged, &item.path) else { continue };
-        if !matches!(slot, Value::Number(_) | Value::Bool(_)) {
-            continue;
+    // Values guessed to be numbers or booleans where no default gave a type: as text, all of
+    // them, then one at a time.
+    let guessed: Vec<&Given> = given
+        .iter()
+        .filter(|item| {
+            matches!(item.path.iter().try_fold(defaults, |node, key| node.get(key)), None | Some(Value::Null))
+        })
+        .filter(|item| lookup(&merged, &item.path).is_some_and(|value| value.is_number() || value.is_boolean()))
+        .collect();
+    if !guessed.is_empty() {
+        let mut as_text = merged.clone();
+        for item in &guessed {
+            if let Some(slot) = lookup_mut(&mut as_text, &item.path)
+                && (slot.is_number() || slot.is_boolean())
+            {
+                *slot = Value::String(slot.to_string());
+            }
         }
-        let guessed = std::mem::replace(slot, Value::String(slot.to_string()));
-        let shape = item.path.iter().try_fold(defaults, |node, key| node.get(key));
-        if matches!(shape, None | Some(Value::Null))
-            && let Ok(config) = serde_json::from_value::<T>(merged.clone())
-        {
+        if let Ok(config) = serde_json::from_value::<T>(as_text) {
             return Ok(config);
         }
-        if let Some(slot) = lookup_mut(&mut merged, &item.path) {
-            *slot = guessed;
+        for item in &guessed {
+            let mut one = merged.clone();
+            if let Some(slot) = lookup_mut(&mut one, &item.path) {
+                *slot = Value::String(slot.to_string());
+            }
+            if let Ok(config) = serde_json::from_value::<T>(one) {
+                return Ok(config);
+            }
         }
     }
-    for item in given {
+    // The value at a path is the last one given for it (a flag over a variable): name that one.
+    let mut last: Vec<&Given> = Vec::new();
+    for item in given.iter().rev() {
+        if !last.iter().any(|later| later.path == item.path) {
+            last.push(item);
+        }
+    }
+    for item in last.into_iter().rev() {
         let mut without = merged.clone();
         let default = item.path.iter().try_fold(defaults, |node, key| node.get(key)).cloned();
         match (lookup_mut(&mut without, &item.path), default) {
             (Some(slot), Some(default)) => *slot = default,
             (Some(_), None) => {
-                let (leaf, parent) = item.path.split_last().expect("a given path is never empty");
-                if let Some(Value::Object(table)) = lookup_mut(&mut without, parent) {
+                if let Some((leaf, parent)) = item.path.split_last()
+                    && let Some(Value::Object(table)) = lookup_mut(&mut without, parent)
+                {
                     table.remove(leaf);
                 }
             }
@@ -198,6 +222,10 @@ fn deserialize<T: DeserializeOwned>(mut merged: Value, defaults: &Value, given: 
         }
     }
     Err(Error::Shape { message: error.to_string() })
+}
+
+fn lookup<'a>(value: &'a Value, path: &[String]) -> Option<&'a Value> {
+    path.iter().try_fold(value, |node, key| node.get(key))
 }
 
 fn lookup_mut<'a>(value: &'a mut Value, path: &[String]) -> Option<&'a mut Value> {

@@ -13,6 +13,7 @@ struct Demo {
     database: DatabaseSection,
     lease_ms: u64,
     owner: Option<String>,
+    token: Option<String>,
 }
 
 impl Config for Demo {
@@ -203,6 +204,15 @@ fn a_refused_value_names_where_it_came_from() {
     assert_eq!(demo.owner.as_deref(), Some("456"));
     let demo: Demo = load(&sources(&[("MIDFLIGHT_OWNER", "true")], &[])).expect("text");
     assert_eq!(demo.owner.as_deref(), Some("true"));
+    let demo: Demo = load(&sources(&[("MIDFLIGHT_OWNER", "123"), ("MIDFLIGHT_TOKEN", "456")], &[])).expect("both");
+    assert_eq!((demo.owner.as_deref(), demo.token.as_deref()), (Some("123"), Some("456")));
+    // The flag's value is the one in force, and the one named.
+    let env = [("MIDFLIGHT_DATABASE__MAX_CONNECTIONS", "10")];
+    let err = load::<Demo>(&sources(&env, &["database.max_connections=-1"])).expect_err("negative");
+    assert!(err.to_string().starts_with("override database.max_connections:"), "{err}");
+    // An optional section, or key, missed by one underscore too.
+    let err = load::<Demo>(&sources(&[("MIDFLIGHT_OWNER_NAME", "x")], &[])).expect_err("one underscore");
+    assert!(err.to_string().contains("MIDFLIGHT_OWNER__NAME"), "{err}");
 }
 
 #[test]

@@ -195,8 +195,8 @@ fn parse_operator(text: &str) -> Result<String, String> {
 fn parse_tracking_no(text: &str) -> Result<String, String> {
     let tracking_no = text.trim();
     let max = midflight_store::TRACKING_NO_LEN_MAX;
-    if tracking_no.is_empty() || tracking_no.chars().count() > max || tracking_no.chars().any(char::is_whitespace) {
-        return Err(format!("a tracking number is 1..={max} characters without spaces"));
+    if tracking_no.is_empty() || tracking_no.len() > max || !tracking_no.bytes().all(|byte| byte.is_ascii_graphic()) {
+        return Err(format!("a tracking number is 1..={max} visible ASCII characters (no spaces)"));
     }
     Ok(tracking_no.to_owned())
 }

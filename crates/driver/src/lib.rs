@@ -287,10 +287,14 @@ impl<D: Downstream> Driver<D> {
             Step::Wms => &self.rules.wms,
             Step::Logistics => &self.rules.logistics,
         };
-        let Some(intent_at_ms) = held.saga.intent_at_ms else { return Ok(false) };
+        // Only for a downstream that never deduplicates: one with a finite window counts it from
+        // its first request, and a restarted clock would make the planner believe in a window
+        // that has ended (it asks a person once the window is over).
+        let never_deduplicates = contract.idempotent_for_ms.is_none_or(|window| window <= 0);
+        let Some(intent_at_ms) = held.saga.intent_at_ms.filter(|_| never_deduplicates) else { return Ok(false) };
         let now_ms = self.store.now_ms().await?;
         let rpc_timeout_ms = i64::try_from(self.settings.rpc_timeout_ms).unwrap_or(i64::MAX);
-        Ok(!contract.deduplicates(intent_at_ms, now_ms) && now_ms.saturating_sub(intent_at_ms) > rpc_timeout_ms)
+        Ok(now_ms.saturating_sub(intent_at_ms) > rpc_timeout_ms)
     }
 
     /// Writes `change` to the held row at `now_ms` (with the time of the call it records, if

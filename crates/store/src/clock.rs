@@ -8,7 +8,10 @@
 //! is in the past of every later estimate. The estimate never goes back: a fresh reading whose
 //! round trip was shorter than the last one's would put it behind what was already handed out,
 //! so it stays where it was until the clock catches up.
+//! One caller refreshes at a time, taking the shortest of up to three round trips; the others
+//! go on with the current estimate meanwhile.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,6 +30,17 @@ const CLOSE_ENOUGH: Duration = Duration::from_millis(20);
 pub struct DbClock {
     backend: DbBackend,
     reading: Arc<Mutex<Reading>>,
+    /// One caller refreshes at a time; the others go on with the current estimate meanwhile.
+    refreshing: Arc<AtomicBool>,
+}
+
+/// Lets the next caller refresh once this one is done, or dropped mid-way.
+struct Refreshing<'a>(&'a AtomicBool);
+
+impl Drop for Refreshing<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 /// A database reading, the instant its round trip began, and the latest estimate handed out.
@@ -40,7 +54,12 @@ struct Reading {
 impl Reading {
     /// The estimate now, never below one handed out before; notes it as handed out.
     fn estimate(&mut self) -> i64 {
-        let elapsed_ms = i64::try_from(self.at.elapsed().as_micros().div_ceil(1000)).unwrap_or(i64::MAX);
+        self.estimate_after(self.at.elapsed())
+    }
+
+    /// The estimate `elapsed` after the reading (rounded up to the millisecond).
+    fn estimate_after(&mut self, elapsed: Duration) -> i64 {
+        let elapsed_ms = i64::try_from(elapsed.as_micros().div_ceil(1000)).unwrap_or(i64::MAX);
         self.last_ms = self.last_ms.max(self.db_ms.saturating_add(elapsed_ms));
         self.last_ms
     }
@@ -49,23 +68,22 @@ impl Reading {
 impl DbClock {
     pub async fn measure(db: &DatabaseConnection, backend: DbBackend) -> Result<DbClock, Error> {
         let (at, db_ms) = read_closely(db, backend).await?;
-        Ok(DbClock { backend, reading: Arc::new(Mutex::new(Reading { at, db_ms, last_ms: db_ms })) })
+        let reading = Arc::new(Mutex::new(Reading { at, db_ms, last_ms: db_ms }));
+        Ok(DbClock { backend, reading, refreshing: Arc::new(AtomicBool::new(false)) })
     }
 
     pub async fn now_ms(&self, db: &DatabaseConnection) -> Result<i64, Error> {
         {
             let mut reading = self.reading.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            if reading.at.elapsed() < REFRESH_AFTER {
+            if reading.at.elapsed() < REFRESH_AFTER || self.refreshing.swap(true, Ordering::AcqRel) {
                 return Ok(reading.estimate());
             }
         }
+        let _refreshing = Refreshing(&self.refreshing);
         let (at, db_ms) = read_closely(db, self.backend).await?;
         let mut reading = self.reading.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         // The reading was taken somewhere during the round trip; its start is the safe anchor.
-        // Callers refreshing at once each bring one; the latest anchored is kept.
-        if at >= reading.at {
-            (reading.at, reading.db_ms) = (at, db_ms);
-        }
+        (reading.at, reading.db_ms) = (at, db_ms);
         Ok(reading.estimate())
     }
 }
@@ -85,9 +103,11 @@ async fn read_closely(db: &DatabaseConnection, backend: DbBackend) -> Result<(In
         if best.0 <= CLOSE_ENOUGH {
             break;
         }
-        let next = timed().await?;
-        if next.0 < best.0 {
-            best = next;
+        // A later reading that fails leaves the one in hand.
+        match timed().await {
+            Ok(next) if next.0 < best.0 => best = next,
+            Ok(_) => {}
+            Err(_) => break,
         }
     }
     Ok((best.1, best.2))
@@ -108,14 +128,16 @@ mod tests {
     fn an_estimate_never_goes_back() {
         // A fresh reading 3 ms below what the last one handed out (its round trip was shorter).
         let mut reading = Reading { at: Instant::now(), db_ms: 1_000, last_ms: 1_003 };
-        assert_eq!(reading.estimate(), 1_003);
-        assert!(reading.estimate() >= 1_003);
+        assert_eq!(reading.estimate_after(Duration::ZERO), 1_003);
+        assert_eq!(reading.estimate_after(Duration::from_millis(2)), 1_003);
+        assert_eq!(reading.estimate_after(Duration::from_millis(5)), 1_005);
+        assert_eq!(reading.estimate_after(Duration::from_millis(4)), 1_005, "not back with an earlier instant");
     }
 
     #[test]
     fn an_estimate_rounds_the_elapsed_time_up() {
-        let at = Instant::now().checked_sub(Duration::from_micros(2_100)).expect("an instant 2.1 ms ago");
-        let mut reading = Reading { at, db_ms: 1_000, last_ms: 1_000 };
-        assert!(reading.estimate() >= 1_003, "2.1 ms past a reading is at least 3 ms on");
+        let mut reading = Reading { at: Instant::now(), db_ms: 1_000, last_ms: 1_000 };
+        assert_eq!(reading.estimate_after(Duration::from_micros(2_100)), 1_003);
+        assert_eq!(reading.estimate_after(Duration::from_micros(3_000)), 1_003);
     }
 }
