@@ -157,11 +157,14 @@ impl Ledger {
             requests.iter().filter(|(_, legacy)| !legacy).map(|(order, _)| order.request_id.as_str()).collect();
         let mut known: HashMap<String, LockAnswer> = HashMap::new();
         if !ids.is_empty() {
-            let rows =
-                lock::Entity::find().filter(lock::Column::LockKey.is_in(ids)).all(&self.db).await.map_err(db_error)?;
-            for row in rows {
-                tracing::info!(request_id = %row.request_id, state = ?row.state, "lock repeated, first answer returned");
-                known.insert(row.lock_key.clone(), LockAnswer::of(&row));
+            let rows = lock::Entity::find()
+                .filter(lock::Column::RequestId.is_in(ids))
+                .all(&self.db)
+                .await
+                .map_err(db_error)?;
+            for (request_id, row) in first_of(rows) {
+                tracing::info!(%request_id, state = ?row.state, "lock repeated, first answer returned");
+                known.insert(request_id, LockAnswer::of(&row));
             }
         }
         let txn = self.db.begin().await.map_err(db_error)?;
@@ -223,7 +226,17 @@ impl Ledger {
     ) -> Result<ReverseAnswer, Status> {
         let turn = self.writer.turn().await;
         let row = if legacy { self.latest_for(&order.request_id).await? } else { self.find(&order.request_id).await? };
-        let Some(row) = row else { return self.tombstone(turn, order).await };
+        let Some(row) = row else {
+            if legacy {
+                // The user's WMS keeps no tombstones (Contract::LEGACY): it would not refuse a
+                // late lock under an id it never saw, so it does not claim to.
+                return Ok(ReverseAnswer {
+                    result: ReverseResult::NothingToReverse,
+                    reason: "no lock under this request id".to_owned(),
+                });
+            }
+            return self.tombstone(turn, order).await;
+        };
         let now_ms = self.clock.now_ms();
         let answer = |result, reason: &str| Ok(ReverseAnswer { result, reason: reason.to_owned() });
         if row.voucher != order.voucher {
@@ -243,9 +256,16 @@ impl Ledger {
         }
     }
 
-    /// QueryLock: the row under `request_id`, if any.
+    /// QueryLock: the row under `request_id`, if any: the one made under that key, or else one
+    /// made under it in legacy mode (a lock in force first), so locks made while legacy mode was
+    /// on are found after it is turned off.
     pub async fn find(&self, request_id: &str) -> Result<Option<lock::Model>, Status> {
-        lock::Entity::find_by_id(request_id.to_owned()).one(&self.db).await.map_err(db_error)
+        let rows = lock::Entity::find()
+            .filter(lock::Column::RequestId.eq(request_id))
+            .all(&self.db)
+            .await
+            .map_err(db_error)?;
+        Ok(first_of(rows).remove(request_id))
     }
 
     /// ListLedger: up to `limit` entries after `cursor`, in order.
@@ -350,6 +370,22 @@ impl LockAnswer {
     pub fn of(row: &lock::Model) -> LockAnswer {
         LockAnswer { state: row.state, lock_id: row.lock_id.clone(), reason: row.reason.clone() }
     }
+}
+
+/// Per request id, the row that answers for it: the one keyed by the request id itself, else
+/// the latest made under it in legacy mode that is in force, else the latest.
+fn first_of(rows: Vec<lock::Model>) -> HashMap<String, lock::Model> {
+    let rank = |row: &lock::Model| (row.lock_key == row.request_id, row.state == LockState::Locked, row.created_seq);
+    let mut first: HashMap<String, lock::Model> = HashMap::new();
+    for row in rows {
+        match first.get(&row.request_id) {
+            Some(kept) if rank(kept) >= rank(&row) => {}
+            _ => {
+                first.insert(row.request_id.clone(), row);
+            }
+        }
+    }
+    first
 }
 
 /// Whether ReverseLock can still succeed on `row`.

@@ -362,6 +362,19 @@ async fn legacy_mode_deducts_twice_for_the_same_request_id() {
     // The caller's id still reaches the latest live lock for a manual-style reversal.
     assert_eq!(mock.reverse("incident", "voucher-incident").await.result(), ReverseResult::Reversed);
     assert_eq!(mock.stock("SKU-0001").await, LEVEL - 6);
+    // It keeps no tombstones: reversing an id it never saw records nothing.
+    assert_eq!(mock.reverse("never-sent", "voucher-never-sent").await.result(), ReverseResult::NothingToReverse);
+    assert_eq!(mock.kinds().await.len(), 3, "a lock, a lock, a reversal");
+
+    // Legacy mode turned off: the lock it left in force answers for its request id, so a
+    // repeat deducts nothing, a query finds it, and a reversal undoes it.
+    mock.set_faults(FaultPlan { seed: 1, ..FaultPlan::default() }).await;
+    let again = mock.lock("incident", "SKU-0001", 6).await.expect("repeat");
+    assert_eq!((again.state(), again.lock_id.as_str()), (LockState::Locked, first.lock_id.as_str()));
+    assert_eq!(mock.stock("SKU-0001").await, LEVEL - 6);
+    assert_eq!(mock.query("incident").await.state(), LockState::Locked);
+    assert_eq!(mock.reverse("incident", "voucher-incident").await.result(), ReverseResult::Reversed);
+    assert_eq!(mock.stock("SKU-0001").await, LEVEL);
     mock.stop().await;
 }
 
