@@ -52,42 +52,55 @@ pub enum LedgerKind {
     Tombstone,
 }
 
-impl From<wms::LedgerEntry> for LedgerEntry {
-    fn from(entry: wms::LedgerEntry) -> LedgerEntry {
+impl TryFrom<wms::LedgerEntry> for LedgerEntry {
+    type Error = Status;
+
+    /// An entry of a kind this version does not know (a newer downstream's, or none) fails the
+    /// page: taken for a tombstone, an apply or an undo would be judged wrong.
+    fn try_from(entry: wms::LedgerEntry) -> Result<LedgerEntry, Status> {
         let kind = match entry.kind() {
             wms::LedgerKind::Lock => LedgerKind::Apply,
             wms::LedgerKind::Reject => LedgerKind::Reject,
             wms::LedgerKind::Reverse => LedgerKind::Undo,
-            wms::LedgerKind::Tombstone | wms::LedgerKind::Unspecified => LedgerKind::Tombstone,
+            wms::LedgerKind::Tombstone => LedgerKind::Tombstone,
+            wms::LedgerKind::Unspecified => return Err(unknown_kind(entry.seq, entry.kind)),
         };
-        LedgerEntry {
+        Ok(LedgerEntry {
             seq: entry.seq,
             kind,
             request_id: entry.request_id,
             order_no: entry.order_no,
             effect_id: entry.lock_id,
             at_ms: entry.at_ms,
-        }
+        })
     }
 }
 
-impl From<lgx::LedgerEntry> for LedgerEntry {
-    fn from(entry: lgx::LedgerEntry) -> LedgerEntry {
+impl TryFrom<lgx::LedgerEntry> for LedgerEntry {
+    type Error = Status;
+
+    /// As the WMS's: an entry of a kind this version does not know fails the page.
+    fn try_from(entry: lgx::LedgerEntry) -> Result<LedgerEntry, Status> {
         let kind = match entry.kind() {
             lgx::LedgerKind::Create => LedgerKind::Apply,
             lgx::LedgerKind::Reject => LedgerKind::Reject,
             lgx::LedgerKind::Cancel => LedgerKind::Undo,
-            lgx::LedgerKind::Tombstone | lgx::LedgerKind::Unspecified => LedgerKind::Tombstone,
+            lgx::LedgerKind::Tombstone => LedgerKind::Tombstone,
+            lgx::LedgerKind::Unspecified => return Err(unknown_kind(entry.seq, entry.kind)),
         };
-        LedgerEntry {
+        Ok(LedgerEntry {
             seq: entry.seq,
             kind,
             request_id: entry.request_id,
             order_no: entry.order_no,
             effect_id: entry.tracking_no,
             at_ms: entry.at_ms,
-        }
+        })
     }
+}
+
+fn unknown_kind(seq: u64, kind: i32) -> Status {
+    Status::internal(format!("ledger entry {seq} has a kind this version does not know ({kind})"))
 }
 
 /// Clients of both downstreams, with a bound on calls in flight to each.
@@ -259,7 +272,8 @@ impl Downstreams {
         let response = bounded(timeout, self.wms.client.clone().list_ledger(request))
             .await
             .map_err(|status| Error::Call { downstream: "wms", method: "ListLedger", status })?;
-        let entries = response.entries.into_iter().map(LedgerEntry::from).collect();
+        let entries = response.entries.into_iter().map(LedgerEntry::try_from).collect::<Result<_, _>>();
+        let entries = entries.map_err(|status| Error::Call { downstream: "wms", method: "ListLedger", status })?;
         Ok((entries, response.next_cursor))
     }
 
@@ -287,7 +301,9 @@ impl Downstreams {
         let response = bounded(timeout, self.logistics.client.clone().list_ledger(request))
             .await
             .map_err(|status| Error::Call { downstream: "logistics", method: "ListLedger", status })?;
-        let entries = response.entries.into_iter().map(LedgerEntry::from).collect();
+        let entries = response.entries.into_iter().map(LedgerEntry::try_from).collect::<Result<_, _>>();
+        let entries =
+            entries.map_err(|status| Error::Call { downstream: "logistics", method: "ListLedger", status })?;
         Ok((entries, response.next_cursor))
     }
 }
@@ -423,6 +439,20 @@ mod tests {
             tracking_no: tracking_no.to_owned(),
             ..lgx::ShipmentResponse::default()
         }
+    }
+
+    #[test]
+    fn a_ledger_entry_of_an_unknown_kind_is_refused() {
+        let entry =
+            |kind: wms::LedgerKind| wms::LedgerEntry { seq: 7, kind: kind.into(), ..wms::LedgerEntry::default() };
+        let known = LedgerEntry::try_from(entry(wms::LedgerKind::Tombstone)).expect("known");
+        assert_eq!(known.kind, LedgerKind::Tombstone);
+        let refused = LedgerEntry::try_from(entry(wms::LedgerKind::Unspecified)).expect_err("unknown");
+        assert!(refused.message().contains("ledger entry 7"), "{refused:?}");
+        let newer = wms::LedgerEntry { seq: 8, kind: 99, ..wms::LedgerEntry::default() };
+        assert!(LedgerEntry::try_from(newer).is_err(), "a kind from a newer downstream");
+        let shipment = lgx::LedgerEntry { seq: 9, kind: 99, ..lgx::LedgerEntry::default() };
+        assert!(LedgerEntry::try_from(shipment).is_err());
     }
 
     #[test]
