@@ -66,7 +66,16 @@ impl FaultPlan {
         let mut problems = Vec::new();
         for (name, faults) in &self.methods {
             if !methods.contains(&name.as_str()) {
-                problems.push(format!("{at}.methods: unknown method {name:?}; expected one of {methods:?}"));
+                // An environment variable's path is read in lower case: `lockstock` is LockStock
+                // set through one, which only a whole table in JSON can name.
+                let hint = match methods.iter().find(|method| method.eq_ignore_ascii_case(name)) {
+                    Some(method) => format!(
+                        " (method names keep their case; from the environment, give the whole table: \
+                         MIDFLIGHT_FAULTS__METHODS='{{\"{method}\": {{...}}}}')"
+                    ),
+                    None => String::new(),
+                };
+                problems.push(format!("{at}.methods: unknown method {name:?}; expected one of {methods:?}{hint}"));
             }
             problems.extend(faults.problems(&format!("{at}.methods.{name}")));
         }
@@ -164,6 +173,15 @@ mod tests {
     fn proto_round_trip_keeps_everything() {
         let plan = plan();
         assert_eq!(FaultPlan::from_proto(plan.to_proto()).expect("valid plan"), plan);
+    }
+
+    #[test]
+    fn a_method_named_in_lower_case_says_how_to_name_it() {
+        let mut plan = FaultPlan::default();
+        plan.methods.insert("lockstock".to_owned(), MethodFaults::default());
+        let problems = plan.problems("faults", METHODS);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains(r#"MIDFLIGHT_FAULTS__METHODS='{"LockStock": {...}}'"#), "{problems:?}");
     }
 
     #[test]
