@@ -120,7 +120,7 @@ pub fn load<T: Config>(sources: &Sources) -> Result<T, Error> {
         let path = property_path(path, true);
         let origin = format!("environment variable {name}");
         set_path(&mut merged, &defaults, &path, raw, &origin)?;
-        given.push(Given { path, origin });
+        given.push(Given { path, origin, raw: raw.clone() });
     }
     for item in &sources.overrides {
         let Some((key, raw)) = item.split_once('=') else {
@@ -133,7 +133,7 @@ pub fn load<T: Config>(sources: &Sources) -> Result<T, Error> {
         let path = property_path(path, false);
         let origin = format!("override {key}");
         set_path(&mut merged, &defaults, &path, raw, &origin)?;
-        given.push(Given { path, origin });
+        given.push(Given { path, origin, raw: raw.to_owned() });
     }
     // A whole table given at once (`--set 'kafka.properties={"linger.ms": 5}'`).
     flatten_properties(&mut merged, "the environment or a flag")?;
@@ -146,6 +146,8 @@ pub fn load<T: Config>(sources: &Sources) -> Result<T, Error> {
 struct Given {
     path: Vec<String>,
     origin: String,
+    /// The value as given, put back as text where a guess took it for a number.
+    raw: String,
 }
 
 /// The section (a table among `defaults`' top-level keys) that `name` starts with, followed by
@@ -165,45 +167,31 @@ fn deserialize<T: DeserializeOwned>(merged: Value, defaults: &Value, given: &[Gi
         Ok(config) => return Ok(config),
         Err(error) => error,
     };
-    // Values guessed to be numbers or booleans where no default gave a type: as text, all of
-    // them, then one at a time.
-    let guessed: Vec<&Given> = given
-        .iter()
-        .filter(|item| {
-            matches!(item.path.iter().try_fold(defaults, |node, key| node.get(key)), None | Some(Value::Null))
-        })
-        .filter(|item| lookup(&merged, &item.path).is_some_and(|value| value.is_number() || value.is_boolean()))
-        .collect();
-    if !guessed.is_empty() {
-        let mut as_text = merged.clone();
-        for item in &guessed {
-            if let Some(slot) = lookup_mut(&mut as_text, &item.path)
-                && (slot.is_number() || slot.is_boolean())
-            {
-                *slot = Value::String(slot.to_string());
-            }
+    // Values guessed to be numbers or booleans where no default gave a type, the last given
+    // at each path: each is put back as text as given, and kept so when that is what the types
+    // want (the refusal then moves on to another value, or there is none).
+    let mut current = merged.clone();
+    let mut refusal = error.to_string();
+    for item in last_given(given) {
+        let guessed =
+            matches!(item.path.iter().try_fold(defaults, |node, key| node.get(key)), None | Some(Value::Null));
+        if !guessed || !lookup(&current, &item.path).is_some_and(|value| value.is_number() || value.is_boolean()) {
+            continue;
         }
-        if let Ok(config) = serde_json::from_value::<T>(as_text) {
-            return Ok(config);
+        let mut trial = current.clone();
+        if let Some(slot) = lookup_mut(&mut trial, &item.path) {
+            *slot = Value::String(item.raw.clone());
         }
-        for item in &guessed {
-            let mut one = merged.clone();
-            if let Some(slot) = lookup_mut(&mut one, &item.path) {
-                *slot = Value::String(slot.to_string());
-            }
-            if let Ok(config) = serde_json::from_value::<T>(one) {
-                return Ok(config);
-            }
+        match serde_json::from_value::<T>(trial.clone()) {
+            Ok(config) => return Ok(config),
+            // Refused as text now: it was a number after all.
+            Err(other) if other.to_string().contains(&format!("string {:?}", item.raw)) => {}
+            Err(other) if other.to_string() != refusal => (current, refusal) = (trial, other.to_string()),
+            Err(_) => {}
         }
     }
     // The value at a path is the last one given for it (a flag over a variable): name that one.
-    let mut last: Vec<&Given> = Vec::new();
-    for item in given.iter().rev() {
-        if !last.iter().any(|later| later.path == item.path) {
-            last.push(item);
-        }
-    }
-    for item in last.into_iter().rev() {
+    for item in last_given(given) {
         let mut without = merged.clone();
         let default = item.path.iter().try_fold(defaults, |node, key| node.get(key)).cloned();
         match (lookup_mut(&mut without, &item.path), default) {
@@ -222,6 +210,18 @@ fn deserialize<T: DeserializeOwned>(merged: Value, defaults: &Value, given: &[Gi
         }
     }
     Err(Error::Shape { message: error.to_string() })
+}
+
+/// Of `given`, the last item at each path, in the order given.
+fn last_given(given: &[Given]) -> Vec<&Given> {
+    let mut last: Vec<&Given> = Vec::new();
+    for item in given.iter().rev() {
+        if !last.iter().any(|later| later.path == item.path) {
+            last.push(item);
+        }
+    }
+    last.reverse();
+    last
 }
 
 fn lookup<'a>(value: &'a Value, path: &[String]) -> Option<&'a Value> {
@@ -362,6 +362,10 @@ fn set_path(merged: &mut Value, defaults: &Value, path: &[String], raw: &str, or
             .as_object_mut()
             .map(|object| object.entry(key.clone()).or_insert_with(|| Value::Object(Map::new())))
             .ok_or_else(|| bad(format!("{key} is not a section")))?;
+        // An optional section left out (`kafka = None`) is a table once a key of it is given.
+        if node.is_null() {
+            *node = Value::Object(Map::new());
+        }
     }
     let leaf = &path[path.len() - 1];
     node.as_object_mut().ok_or_else(|| bad("not a section".to_owned()))?.insert(leaf.clone(), value);

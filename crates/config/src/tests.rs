@@ -14,6 +14,8 @@ struct Demo {
     lease_ms: u64,
     owner: Option<String>,
     token: Option<String>,
+    /// An optional section: no default to take its keys' types from.
+    extra: Option<KafkaSection>,
 }
 
 impl Config for Demo {
@@ -210,6 +212,20 @@ fn a_refused_value_names_where_it_came_from() {
     let env = [("MIDFLIGHT_DATABASE__MAX_CONNECTIONS", "10")];
     let err = load::<Demo>(&sources(&env, &["database.max_connections=-1"])).expect_err("negative");
     assert!(err.to_string().starts_with("override database.max_connections:"), "{err}");
+    // An optional section's keys, typed by what the types want, text kept as given.
+    let env = [
+        ("MIDFLIGHT_EXTRA__GROUP_ID", "42"),
+        ("MIDFLIGHT_EXTRA__ORDER_TOPIC", "2024"),
+        ("MIDFLIGHT_EXTRA__SESSION_TIMEOUT_MS", "45000"),
+        ("MIDFLIGHT_TOKEN", "1e3"),
+    ];
+    let demo: Demo = load(&sources(&env, &[])).expect("an optional section");
+    let extra = demo.extra.expect("given");
+    assert_eq!((extra.group_id.as_str(), extra.order_topic.as_str()), ("42", "2024"));
+    assert_eq!(extra.session_timeout_ms, 45_000);
+    assert_eq!(demo.token.as_deref(), Some("1e3"), "as given, not as a number would print");
+    let err = load::<Demo>(&sources(&[("MIDFLIGHT_EXTRA_BOOTSTRAP_SERVERS", "k:9092")], &[])).expect_err("one");
+    assert!(err.to_string().contains("MIDFLIGHT_EXTRA__BOOTSTRAP_SERVERS"), "{err}");
     // An optional section, or key, missed by one underscore too.
     let err = load::<Demo>(&sources(&[("MIDFLIGHT_OWNER_NAME", "x")], &[])).expect_err("one underscore");
     assert!(err.to_string().contains("MIDFLIGHT_OWNER__NAME"), "{err}");

@@ -162,7 +162,7 @@ impl Ledger {
                 .all(&self.db)
                 .await
                 .map_err(db_error)?;
-            for (request_id, row) in first_of(rows) {
+            for (request_id, row) in first_of(rows, Answering::Repeat) {
                 tracing::info!(%request_id, state = ?row.state, "lock repeated, first answer returned");
                 known.insert(request_id, LockAnswer::of(&row));
             }
@@ -265,7 +265,7 @@ impl Ledger {
             .all(&self.db)
             .await
             .map_err(db_error)?;
-        Ok(first_of(rows).remove(request_id))
+        Ok(first_of(rows, Answering::State).remove(request_id))
     }
 
     /// ListLedger: up to `limit` entries after `cursor`, in order.
@@ -372,10 +372,27 @@ impl LockAnswer {
     }
 }
 
-/// Per request id, the row that answers for it: the one keyed by the request id itself, else
-/// the latest made under it in legacy mode that is in force, else the latest.
-fn first_of(rows: Vec<lock::Model>) -> HashMap<String, lock::Model> {
-    let rank = |row: &lock::Model| (row.lock_key == row.request_id, row.state == LockState::Locked, row.created_seq);
+/// What a request id's row is looked up for.
+#[derive(Debug, Clone, Copy)]
+enum Answering {
+    /// A repeated LockStock: the first answer given under the request id.
+    Repeat,
+    /// A query or a reversal: the lock in force, if any.
+    State,
+}
+
+/// Per request id, the row that answers for it. For a repeat, the one keyed by the request id
+/// itself, else the latest made under it in legacy mode that is in force, else the latest; for
+/// a query or a reversal, a lock in force first (legacy mode may have made one after the keyed
+/// row was tombstoned or reversed), then the same order.
+fn first_of(rows: Vec<lock::Model>, answering: Answering) -> HashMap<String, lock::Model> {
+    let rank = |row: &lock::Model| {
+        let (keyed, locked) = (row.lock_key == row.request_id, row.state == LockState::Locked);
+        match answering {
+            Answering::Repeat => (keyed, locked, row.created_seq),
+            Answering::State => (locked, keyed, row.created_seq),
+        }
+    };
     let mut first: HashMap<String, lock::Model> = HashMap::new();
     for row in rows {
         match first.get(&row.request_id) {

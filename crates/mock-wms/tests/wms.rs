@@ -375,6 +375,16 @@ async fn legacy_mode_deducts_twice_for_the_same_request_id() {
     assert_eq!(mock.query("incident").await.state(), LockState::Locked);
     assert_eq!(mock.reverse("incident", "voucher-incident").await.result(), ReverseResult::Reversed);
     assert_eq!(mock.stock("SKU-0001").await, LEVEL);
+
+    // A request id tombstoned in careful mode, then locked in legacy mode (which keeps no
+    // tombstones): once legacy mode is off, its lock in force is what a query and a reversal see.
+    assert_eq!(mock.reverse("late", "voucher-late").await.result(), ReverseResult::Tombstoned);
+    mock.set_faults(FaultPlan { legacy_mode: true, seed: 1, ..FaultPlan::default() }).await;
+    assert_eq!(mock.lock("late", "SKU-0001", 2).await.expect("legacy lock").state(), LockState::Locked);
+    mock.set_faults(FaultPlan { seed: 1, ..FaultPlan::default() }).await;
+    assert_eq!(mock.query("late").await.state(), LockState::Locked);
+    assert_eq!(mock.reverse("late", "voucher-late").await.result(), ReverseResult::Reversed);
+    assert_eq!(mock.stock("SKU-0001").await, LEVEL);
     mock.stop().await;
 }
 

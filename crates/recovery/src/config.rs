@@ -39,7 +39,6 @@ pub struct RecoveryConfig {
     /// (`bootstrap_servers`, `order_topic` and `properties` are used), but on a cluster with
     /// ACLs the principal also needs the DescribeConfigs permission on the topic, which reading
     /// it does not grant: until a first reading, nothing is purged.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub kafka: Option<KafkaSection>,
 }
 
@@ -357,6 +356,22 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         assert_eq!(RecoveryConfig::default().problems(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn the_optional_kafka_section_is_read_from_the_environment() {
+        let env = |pairs: &[(&str, &str)]| midflight_config::Sources {
+            env: pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            ..midflight_config::Sources::default()
+        };
+        let given = [("MIDFLIGHT_KAFKA__BOOTSTRAP_SERVERS", "k:9092"), ("MIDFLIGHT_KAFKA__GROUP_ID", "42")];
+        let config: RecoveryConfig = midflight_config::load(&env(&given)).expect("loads");
+        let kafka = config.kafka.expect("a kafka section");
+        assert_eq!((kafka.bootstrap_servers.as_str(), kafka.group_id.as_str()), ("k:9092", "42"));
+        let err = midflight_config::load::<RecoveryConfig>(&env(&[("MIDFLIGHT_KAFKA_BOOTSTRAP_SERVERS", "k:9092")]))
+            .expect_err("one underscore");
+        assert!(err.to_string().contains("MIDFLIGHT_KAFKA__BOOTSTRAP_SERVERS"), "{err}");
+        assert!(midflight_config::load::<RecoveryConfig>(&env(&[])).expect("defaults").kafka.is_none());
     }
 
     #[test]

@@ -80,7 +80,16 @@ impl DbClock {
             }
         }
         let _refreshing = Refreshing(&self.refreshing);
-        let (at, db_ms) = read_closely(db, self.backend).await?;
+        let (at, db_ms) = match read_closely(db, self.backend).await {
+            Ok(fresh) => fresh,
+            Err(error) => {
+                // The estimate in hand stays good for a while (the two clocks drift apart by
+                // parts per million); the next caller tries again.
+                tracing::warn!(%error, "cannot read the database clock; going on with the estimate");
+                let mut reading = self.reading.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                return Ok(reading.estimate());
+            }
+        };
         let mut reading = self.reading.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         // The reading was taken somewhere during the round trip; its start is the safe anchor.
         (reading.at, reading.db_ms) = (at, db_ms);
