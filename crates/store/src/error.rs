@@ -66,6 +66,30 @@ impl Error {
     }
 }
 
+impl Error {
+    /// A statement of a transaction the server refused for its values, before the commit: a
+    /// value a column cannot hold or a constraint (MySQL's SQLSTATE classes 22 and 23, or a
+    /// trigger's 45000; SQLite's TOOBIG, CONSTRAINT and MISMATCH). Nothing of the transaction
+    /// was written. Not a timeout, a lock wait or a deadlock: those are the server's state, not
+    /// one statement's values.
+    pub(crate) fn refused_before_commit(&self) -> bool {
+        let Error::Db { operation, source, .. } = self else { return false };
+        if operation.starts_with("commit") {
+            return false;
+        }
+        let Some(error) = statement_error(source) else { return false };
+        let code = error.code().unwrap_or_default();
+        if error.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>().is_some() {
+            return code.starts_with("22") || code.starts_with("23") || code == "45000";
+        }
+        if error.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+            let code = code.parse::<i32>().unwrap_or(0);
+            return matches!(code & 0xff, 18..=20);
+        }
+        false
+    }
+}
+
 /// The server's own error behind a statement that failed (not the pool's, not the driver's).
 pub(crate) fn statement_error(source: &DbErr) -> Option<&(dyn sqlx::error::DatabaseError + 'static)> {
     let (DbErr::Exec(RuntimeErr::SqlxError(error)) | DbErr::Query(RuntimeErr::SqlxError(error))) = source else {

@@ -128,6 +128,21 @@ async fn commit(store: &Store, mut group: Vec<(Member, Reply)>) {
                 let _ = reply.send(Ok(if applied { Cas::Applied(member.into_written()) } else { Cas::Conflict }));
             }
         }
+        Err(error) if members.len() > 1 && error.refused_before_commit() => {
+            // One member's statement may be what the server refused (a value its row cannot
+            // hold): nothing was written, so each member is written alone, and only a member
+            // refused alone fails.
+            tracing::warn!(%error, members = members.len(), "a group transaction was refused; writing its members one by one");
+            for (member, reply) in members.into_iter().zip(replies) {
+                let alone = store.write_group(std::slice::from_ref(&member)).await;
+                let outcome = match alone {
+                    Ok(applied) if applied.first() == Some(&true) => Ok(Cas::Applied(member.into_written())),
+                    Ok(_) => Ok(Cas::Conflict),
+                    Err(error) => Err(error.for_saga(&member.before.biz_id)),
+                };
+                let _ = reply.send(outcome);
+            }
+        }
         Err(error) => {
             for (member, reply) in members.iter().zip(replies) {
                 let _ = reply.send(Err(error.for_saga(&member.before.biz_id)));

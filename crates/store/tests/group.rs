@@ -207,6 +207,46 @@ async fn failed_group_fails_every_member(db: &TestDb) {
 }
 both_engines!(group_failure_fails_every_member, failed_group_fails_every_member);
 
+/// One member's statement refused by the database (here a trigger refusing one saga's row)
+/// fails that member only: the refused group is written again one member at a time. The
+/// writes share one group (a linger gathers them).
+async fn one_refused_member_fails_alone(db: &TestDb) {
+    let section = midflight_config::DatabaseSection {
+        url: db.url.clone(),
+        max_connections: 8,
+        group_commit_linger_ms: 100,
+        ..midflight_config::DatabaseSection::default()
+    };
+    let store = Store::connect(&section).await.expect("connect");
+    let sagas = arrivals(&store, "R").await;
+    let refused = sagas[7].biz_id.clone();
+    let trigger = match store.connection().get_database_backend() {
+        DbBackend::MySql => format!(
+            "CREATE TRIGGER refuse_one BEFORE UPDATE ON saga FOR EACH ROW BEGIN \
+             IF NEW.biz_id = '{refused}' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused by a test trigger'; \
+             END IF; END"
+        ),
+        _ => format!(
+            "CREATE TRIGGER refuse_one BEFORE UPDATE ON saga WHEN NEW.biz_id = '{refused}' \
+             BEGIN SELECT RAISE(ABORT, 'refused by a test trigger'); END"
+        ),
+    };
+    store.connection().execute_unprepared(&trigger).await.expect("trigger");
+    let before = store.stats();
+    let outcomes = futures::future::join_all(sagas.iter().map(|saga| first_write(&store, saga))).await;
+    store.connection().execute_unprepared("DROP TRIGGER refuse_one").await.expect("drop trigger");
+    for (saga, outcome) in sagas.iter().zip(outcomes) {
+        if saga.biz_id == refused {
+            let error = outcome.expect_err("the refused member fails");
+            assert!(error.to_string().contains("refused by a test trigger"), "{error}");
+        } else {
+            assert!(outcome.expect("written").is_applied(), "{}", saga.biz_id);
+        }
+    }
+    assert_eq!(store.stats().transitions - before.transitions, SAGAS as u64 - 1);
+}
+both_engines!(group_member_refused_alone, one_refused_member_fails_alone);
+
 /// A transaction that holds `biz_id`'s business-row key (an uncommitted row of its own) and,
 /// on MySQL, enough undo that InnoDB never picks it as a deadlock's victim.
 async fn rival(store: &Store, biz_id: &str) -> DatabaseTransaction {
