@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use midflight_config::GrpcClientSection;
-use midflight_model::{Call, LogisticsAnswer, Observation, Saga, Step, TRACKING_NO_LEN_MAX, WmsAnswer};
+use midflight_model::{
+    Call, LogisticsAnswer, Observation, Saga, Step, TRACKING_NO_LEN_MAX, WmsAnswer, tracking_no_fits,
+};
 use tokio::sync::Semaphore;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Status};
@@ -411,13 +413,12 @@ fn shipment_answer(response: lgx::ShipmentResponse) -> Result<LogisticsAnswer, S
     })
 }
 
-/// A shipment's tracking number as the tables hold it: 1..=64 visible ASCII characters (a
-/// database whose character set is not Unicode holds those too). Any other is
+/// A shipment's tracking number as the tables hold it ([`tracking_no_fits`]). Any other is
 /// treated like an answer without a state (no answer at all): the saga could not record it, and
 /// a write failing at every try would hold the saga without counting an attempt.
 fn tracking_no(tracking_no: String) -> Result<String, Status> {
-    let chars = tracking_no.chars().count();
-    if chars == 0 || chars > TRACKING_NO_LEN_MAX || !tracking_no.bytes().all(|byte| byte.is_ascii_graphic()) {
+    if !tracking_no_fits(&tracking_no) {
+        let chars = tracking_no.chars().count();
         return Err(Status::internal(format!(
             "logistics answered with a tracking number of {chars} characters; 1..={TRACKING_NO_LEN_MAX} visible ASCII characters fit"
         )));

@@ -100,6 +100,7 @@ pub fn load<T: Config>(sources: &Sources) -> Result<T, Error> {
     env.sort();
     for (name, raw) in env {
         let path: Vec<String> = name[ENV_PREFIX.len()..].split(ENV_NESTING).map(str::to_ascii_lowercase).collect();
+        let origin = format!("environment variable {name}");
         // A variable without a section (`MIDFLIGHT_TEST_MYSQL_URL`) that names no top-level key
         // belongs to a tool (the tests, the lab), not to this service: leave it alone. One that
         // names a section (`MIDFLIGHT_DATABSE__URL`) is configuration, and a typo there is an error.
@@ -108,7 +109,7 @@ pub fn load<T: Config>(sources: &Sources) -> Result<T, Error> {
             if let Some(section) = section_prefix(&defaults, &path[0]) {
                 let key = path[0][section.len() + 1..].to_ascii_uppercase();
                 return Err(Error::BadValue {
-                    origin: format!("environment variable {name}"),
+                    origin,
                     message: format!(
                         "a section and its key are separated by two underscores: {ENV_PREFIX}{}{ENV_NESTING}{key}",
                         section.to_ascii_uppercase()
@@ -118,7 +119,6 @@ pub fn load<T: Config>(sources: &Sources) -> Result<T, Error> {
             continue;
         }
         let path = property_path(path, true);
-        let origin = format!("environment variable {name}");
         set_path(&mut merged, &defaults, &path, raw, &origin)?;
         given.push(Given { path, origin, raw: raw.clone() });
     }
@@ -173,8 +173,7 @@ fn deserialize<T: DeserializeOwned>(merged: Value, defaults: &Value, given: &[Gi
     let mut current = merged.clone();
     let mut refusal = error.to_string();
     for item in last_given(given) {
-        let guessed =
-            matches!(item.path.iter().try_fold(defaults, |node, key| node.get(key)), None | Some(Value::Null));
+        let guessed = matches!(lookup(defaults, &item.path), None | Some(Value::Null));
         if !guessed || !lookup(&current, &item.path).is_some_and(|value| value.is_number() || value.is_boolean()) {
             continue;
         }
@@ -193,7 +192,7 @@ fn deserialize<T: DeserializeOwned>(merged: Value, defaults: &Value, given: &[Gi
     // The value at a path is the last one given for it (a flag over a variable): name that one.
     for item in last_given(given) {
         let mut without = merged.clone();
-        let default = item.path.iter().try_fold(defaults, |node, key| node.get(key)).cloned();
+        let default = lookup(defaults, &item.path).cloned();
         match (lookup_mut(&mut without, &item.path), default) {
             (Some(slot), Some(default)) => *slot = default,
             (Some(_), None) => {
@@ -349,7 +348,7 @@ fn set_path(merged: &mut Value, defaults: &Value, path: &[String], raw: &str, or
     if path.is_empty() || path.iter().any(String::is_empty) {
         return Err(bad("empty key".to_owned()));
     }
-    let shape = path.iter().try_fold(defaults, |node, key| node.get(key));
+    let shape = lookup(defaults, path);
     // A librdkafka property's value is text as given: `12e5` is not a number to reformat.
     let is_property = path.len() == KAFKA_PROPERTIES.len() + 1 && in_properties(path);
     let value = if is_property { Value::String(raw.to_owned()) } else { typed(raw, shape).map_err(bad)? };

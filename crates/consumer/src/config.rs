@@ -360,39 +360,45 @@ mod tests {
         assert_eq!(config.problems(), Vec::<String>::new());
     }
 
+    /// The problems of the default configuration given `properties`, asserting that exactly
+    /// those of `refused` (and no other) are named as not to be set.
+    fn refusing(properties: &[(&str, &str)], refused: &[&str]) -> Vec<String> {
+        let mut config = ConsumerConfig::default();
+        for (key, value) in properties {
+            config.kafka.properties.insert((*key).to_owned(), (*value).to_owned());
+        }
+        let problems = config.problems();
+        assert_eq!(problems.len(), refused.len(), "{problems:?}");
+        for key in refused {
+            let refusal = format!("kafka.properties.{key} may not be set");
+            assert!(problems.iter().any(|p| p.starts_with(&refusal)), "{problems:?}");
+        }
+        problems
+    }
+
     #[test]
     fn the_producers_guarantees_cannot_be_configured_away() {
-        let mut config = ConsumerConfig::default();
-        for (key, value) in [("acks", "0"), ("enable.idempotence", "false"), ("message.timeout.ms", "600000")] {
-            config.kafka.properties.insert(key.to_owned(), value.to_owned());
-        }
-        config.kafka.properties.insert("statistics.interval.ms".to_owned(), "0".to_owned());
-        let problems = config.problems();
-        assert_eq!(problems.len(), 3, "{problems:?}");
-        for key in ["acks", "enable.idempotence", "message.timeout.ms"] {
-            assert!(
-                problems.iter().any(|p| p.starts_with(&format!("kafka.properties.{key} may not be set"))),
-                "{problems:?}"
-            );
-        }
+        let properties = [
+            ("acks", "0"),
+            ("enable.idempotence", "false"),
+            ("message.timeout.ms", "600000"),
+            ("statistics.interval.ms", "0"),
+        ];
+        refusing(&properties, &["acks", "enable.idempotence", "message.timeout.ms"]);
     }
 
     #[test]
     fn the_consumers_offsets_cannot_be_configured_away() {
-        let mut config = ConsumerConfig::default();
-        for (key, value) in [("enable.auto.commit", "true"), ("auto.offset.reset", "latest"), ("group.id", "other")] {
-            config.kafka.properties.insert(key.to_owned(), value.to_owned());
-        }
-        config.kafka.properties.insert("fetch.wait.max.ms".to_owned(), "10".to_owned());
-        let problems = config.problems();
-        assert_eq!(problems.len(), 3, "{problems:?}");
+        let properties = [
+            ("enable.auto.commit", "true"),
+            ("auto.offset.reset", "latest"),
+            ("group.id", "other"),
+            ("fetch.wait.max.ms", "10"),
+        ];
+        let problems = refusing(&properties, &["enable.auto.commit", "auto.offset.reset", "group.id"]);
         assert!(
             problems
                 .contains(&"kafka.properties.group.id may not be set for the consumer: set kafka.group_id".to_owned())
         );
-        for key in ["enable.auto.commit", "auto.offset.reset"] {
-            let refused = format!("kafka.properties.{key} may not be set");
-            assert!(problems.iter().any(|p| p.starts_with(&refused)), "{problems:?}");
-        }
     }
 }

@@ -195,7 +195,7 @@ fn parse_operator(text: &str) -> Result<String, String> {
 fn parse_tracking_no(text: &str) -> Result<String, String> {
     let tracking_no = text.trim();
     let max = midflight_store::TRACKING_NO_LEN_MAX;
-    if tracking_no.is_empty() || tracking_no.len() > max || !tracking_no.bytes().all(|byte| byte.is_ascii_graphic()) {
+    if !midflight_model::tracking_no_fits(tracking_no) {
         return Err(format!("a tracking number is 1..={max} visible ASCII characters (no spaces)"));
     }
     Ok(tracking_no.to_owned())

@@ -16,7 +16,7 @@ pub mod telemetry;
 
 use std::time::{Duration, Instant};
 
-use midflight_model::{Call, Change, Observation, Plan, Rules, Saga, Status, Step, plan};
+use midflight_model::{Call, Change, Observation, Plan, Rules, Saga, Status, plan};
 use midflight_store::{Cas, Store};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -190,7 +190,8 @@ impl<D: Downstream> Driver<D> {
         let stale = call.is_some() && leased_at.elapsed() > self.settings.rpc_timeout();
         let mut held = Held { saga, lease_valid_until, call_ms: None, order_checked };
         if stale {
-            match self.restart_intent_clock(&mut held).await {
+            let reason = "opened intent waited before its first call; restarting its clock";
+            match self.restart_intent_clock(&mut held, reason).await {
                 Ok(true) => {}
                 Ok(false) => return Outcome::Lost,
                 Err(error) => {
@@ -264,11 +265,7 @@ impl<D: Downstream> Driver<D> {
 
     /// Writes a new start for the in-flight window of the intent the row records (nothing has
     /// been sent under it yet); `false` if the saga was lost meanwhile.
-    async fn restart_intent_clock(&self, held: &mut Held) -> Result<bool, midflight_store::Error> {
-        self.restart_intent_clock_for(held, "opened intent waited before its first call; restarting its clock").await
-    }
-
-    async fn restart_intent_clock_for(&self, held: &mut Held, reason: &str) -> Result<bool, midflight_store::Error> {
+    async fn restart_intent_clock(&self, held: &mut Held, reason: &str) -> Result<bool, midflight_store::Error> {
         let change = Change { restart_intent_clock: true, reason: reason.to_owned(), ..Change::default() };
         let now_ms = self.store.now_ms().await?;
         self.write(held, &change, now_ms).await
@@ -283,10 +280,7 @@ impl<D: Downstream> Driver<D> {
         if !matches!(call, Call::LockStock | Call::CreateShipment) {
             return Ok(false);
         }
-        let contract = match call.step() {
-            Step::Wms => &self.rules.wms,
-            Step::Logistics => &self.rules.logistics,
-        };
+        let contract = self.rules.contract(call.step());
         // Only for a downstream that never deduplicates: one with a finite window counts it from
         // its first request, and a restarted clock would make the planner believe in a window
         // that has ended (it asks a person once the window is over).
@@ -330,7 +324,7 @@ impl<D: Downstream> Driver<D> {
         }
         if self.intent_clock_stale(held, call).await? {
             let reason = "intent waited more than an RPC timeout before its call; restarting its clock";
-            if !self.restart_intent_clock_for(held, reason).await? {
+            if !self.restart_intent_clock(held, reason).await? {
                 return Ok(None);
             }
         }

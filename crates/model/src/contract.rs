@@ -8,6 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::ids::Step;
+
 /// A downstream's promises about calls carrying our request id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -116,6 +118,16 @@ pub struct Rules {
     pub wms: Contract,
     pub logistics: Contract,
     pub retry: RetryPolicy,
+}
+
+impl Rules {
+    /// The contract of the downstream `step` calls.
+    pub const fn contract(&self, step: Step) -> &Contract {
+        match step {
+            Step::Wms => &self.wms,
+            Step::Logistics => &self.logistics,
+        }
+    }
 }
 
 impl Default for Rules {

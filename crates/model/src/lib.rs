@@ -21,7 +21,7 @@ pub use change::{BusinessWrite, Call, Change, Failure, TicketDraft};
 pub use contract::{Contract, RetryPolicy, Rules};
 pub use error::Error;
 pub use ids::{Step, request_id, voucher};
-pub use observation::{LogisticsAnswer, Observation, TRACKING_NO_LEN_MAX, WmsAnswer};
+pub use observation::{LogisticsAnswer, Observation, TRACKING_NO_LEN_MAX, WmsAnswer, tracking_no_fits};
 pub use order::{Address, Line, OrderEvent, PayloadError, biz_id};
 pub use planner::{Plan, plan};
 pub use saga::{Lease, Saga, Source};

@@ -25,6 +25,14 @@ pub enum WmsAnswer {
 /// answer, so the step is retried and, failing, goes to a person).
 pub const TRACKING_NO_LEN_MAX: usize = 64;
 
+/// Whether `tracking_no` is one the tables hold: 1..=[`TRACKING_NO_LEN_MAX`] visible ASCII
+/// characters (a database whose character set is not Unicode holds those too).
+pub fn tracking_no_fits(tracking_no: &str) -> bool {
+    !tracking_no.is_empty()
+        && tracking_no.len() <= TRACKING_NO_LEN_MAX
+        && tracking_no.bytes().all(|byte| byte.is_ascii_graphic())
+}
+
 /// What the logistics provider said about our request id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LogisticsAnswer {

@@ -323,10 +323,7 @@ impl Ctx<'_> {
     }
 
     fn contract(&self, step: Step) -> &Contract {
-        match step {
-            Step::Wms => &self.rules.wms,
-            Step::Logistics => &self.rules.logistics,
-        }
+        self.rules.contract(step)
     }
 }
 

@@ -325,15 +325,12 @@ impl Reconciler {
         let mut named: [HashSet<String>; 2] = Default::default();
         for view in &finished.views {
             for (index, step) in [Step::Wms, Step::Logistics].into_iter().enumerate() {
-                match view.request_id(step) {
-                    Some(id) => {
-                        ids[index].insert(id.to_owned());
-                        named[index].insert(id.to_owned());
-                    }
-                    None => {
-                        ids[index].insert(midflight_model::request_id(&view.biz_id, step));
-                    }
+                let stored = view.request_id(step);
+                let id = stored.map_or_else(|| midflight_model::request_id(&view.biz_id, step), str::to_owned);
+                if stored.is_some() {
+                    named[index].insert(id.clone());
                 }
+                ids[index].insert(id);
             }
         }
         let [wms_ids, logistics_ids] = ids;

@@ -12,7 +12,7 @@
 //! go on with the current estimate meanwhile.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
@@ -72,9 +72,14 @@ impl DbClock {
         Ok(DbClock { backend, reading, refreshing: Arc::new(AtomicBool::new(false)) })
     }
 
+    /// The reading; a panic while it was held left a plain value behind, still usable.
+    fn lock_reading(&self) -> MutexGuard<'_, Reading> {
+        self.reading.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     pub async fn now_ms(&self, db: &DatabaseConnection) -> Result<i64, Error> {
         {
-            let mut reading = self.reading.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut reading = self.lock_reading();
             if reading.at.elapsed() < REFRESH_AFTER || self.refreshing.swap(true, Ordering::AcqRel) {
                 return Ok(reading.estimate());
             }
@@ -86,11 +91,11 @@ impl DbClock {
                 // The estimate in hand stays good for a while (the two clocks drift apart by
                 // parts per million); the next caller tries again.
                 tracing::warn!(%error, "cannot read the database clock; going on with the estimate");
-                let mut reading = self.reading.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let mut reading = self.lock_reading();
                 return Ok(reading.estimate());
             }
         };
-        let mut reading = self.reading.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut reading = self.lock_reading();
         // The reading was taken somewhere during the round trip; its start is the safe anchor.
         (reading.at, reading.db_ms) = (at, db_ms);
         Ok(reading.estimate())

@@ -151,15 +151,20 @@ async fn each_saga_gets_its_own_rows(db: &TestDb) {
 }
 both_engines!(group_each_saga_gets_its_own_rows, each_saga_gets_its_own_rows);
 
-async fn linger_holds_a_group_open(db: &TestDb) {
-    let linger = std::time::Duration::from_millis(100);
+/// A store of `db` whose groups wait `linger_ms` for more transitions to join.
+async fn lingering(db: &TestDb, linger_ms: u64) -> Store {
     let section = midflight_config::DatabaseSection {
         url: db.url.clone(),
         max_connections: 8,
-        group_commit_linger_ms: linger.as_millis() as u64,
+        group_commit_linger_ms: linger_ms,
         ..midflight_config::DatabaseSection::default()
     };
-    let store = Store::connect(&section).await.expect("connect");
+    Store::connect(&section).await.expect("connect")
+}
+
+async fn linger_holds_a_group_open(db: &TestDb) {
+    let linger = std::time::Duration::from_millis(100);
+    let store = lingering(db, linger.as_millis() as u64).await;
     let sagas = arrivals(&store, "L").await;
     let before = store.stats();
     let started = std::time::Instant::now();
@@ -211,13 +216,7 @@ both_engines!(group_failure_fails_every_member, failed_group_fails_every_member)
 /// fails that member only: the refused group is written again one member at a time. The
 /// writes share one group (a linger gathers them).
 async fn one_refused_member_fails_alone(db: &TestDb) {
-    let section = midflight_config::DatabaseSection {
-        url: db.url.clone(),
-        max_connections: 8,
-        group_commit_linger_ms: 100,
-        ..midflight_config::DatabaseSection::default()
-    };
-    let store = Store::connect(&section).await.expect("connect");
+    let store = lingering(db, 100).await;
     let sagas = arrivals(&store, "R").await;
     let refused = sagas[7].biz_id.clone();
     let trigger = match store.connection().get_database_backend() {
