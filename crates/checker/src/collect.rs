@@ -19,6 +19,10 @@ pub enum Error {
     Downstream(#[from] midflight_api::client::Error),
     #[error("snapshot larger than {SNAPSHOT_ROWS_MAX} rows of {0}")]
     TooLarge(&'static str),
+    #[error(
+        "a ledger page of {entries} entries after cursor {cursor} gave {next} as the next cursor; it must move forward"
+    )]
+    CursorStuck { entries: usize, cursor: u64, next: u64 },
 }
 
 impl Snapshot {
@@ -79,8 +83,13 @@ where
     let mut cursor = 0;
     loop {
         let (batch, next) = page(cursor).await?;
-        if batch.is_empty() || next == cursor {
+        if batch.is_empty() {
             return Ok(entries);
+        }
+        // A downstream that does not move its cursor on would have its later entries read as
+        // not there: an error, not a shorter ledger.
+        if next <= cursor {
+            return Err(Error::CursorStuck { entries: batch.len(), cursor, next });
         }
         entries.extend(batch);
         bounded(entries.len(), "ledger entries")?;
@@ -90,4 +99,39 @@ where
 
 fn bounded(len: usize, what: &'static str) -> Result<(), Error> {
     if len > SNAPSHOT_ROWS_MAX { Err(Error::TooLarge(what)) } else { Ok(()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use midflight_api::client::LedgerKind;
+
+    use super::*;
+
+    fn entry(seq: u64) -> LedgerEntry {
+        LedgerEntry {
+            seq,
+            kind: LedgerKind::Apply,
+            request_id: format!("r{seq}"),
+            effect_id: format!("e{seq}"),
+            order_no: "o".into(),
+            at_ms: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_ledger_is_read_to_its_end_and_a_stuck_cursor_is_an_error() {
+        // Two pages, then an empty one.
+        let pages = |cursor: u64| async move {
+            Ok(match cursor {
+                0 => (vec![entry(1), entry(2)], 2),
+                2 => (vec![entry(3)], 3),
+                _ => (Vec::new(), cursor),
+            })
+        };
+        let seqs: Vec<u64> = ledger(pages).await.expect("ledger").iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, vec![1, 2, 3]);
+        // A page whose next cursor is the protocol's default: not an empty ledger.
+        let stuck = ledger(|_| async { Ok((vec![entry(1)], 0)) }).await;
+        assert!(matches!(stuck, Err(Error::CursorStuck { entries: 1, cursor: 0, next: 0 })), "{stuck:?}");
+    }
 }

@@ -3,7 +3,7 @@
 //! effect it undid by its downstream id, so two locks under one request id (the legacy WMS)
 //! are told apart.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use midflight_api::client::{LedgerEntry, LedgerKind};
 
@@ -14,16 +14,21 @@ pub struct Effects {
     pub by_request: BTreeMap<String, Vec<String>>,
     /// order_no -> effect ids in force.
     pub by_order: BTreeMap<String, Vec<String>>,
+    /// request_id -> effects made under it, undone or not: a second one is the effect made
+    /// again, even if only one (or none) is in force at the end.
+    pub applied: BTreeMap<String, usize>,
     /// request ids that were applied after being tombstoned (a tombstone that did not hold).
     pub applied_after_tombstone: Vec<String>,
-    /// request ids applied again after an effect of theirs was undone: the effect made a second
-    /// time, even if only one is in force at the end.
-    pub applied_after_undo: Vec<String>,
 }
 
 impl Effects {
     pub fn in_force(&self, request_id: &str) -> usize {
         self.by_request.get(request_id).map_or(0, Vec::len)
+    }
+
+    /// Effects made under `request_id`, undone or not.
+    pub fn applied(&self, request_id: &str) -> usize {
+        self.applied.get(request_id).copied().unwrap_or(0)
     }
 }
 
@@ -34,16 +39,13 @@ pub fn replay(ledger: &[LedgerEntry]) -> Effects {
     let mut effects = Effects::default();
     let mut order_of: BTreeMap<&str, &str> = BTreeMap::new();
     let mut tombstoned: BTreeMap<&str, bool> = BTreeMap::new();
-    let mut undone_under: BTreeSet<&str> = BTreeSet::new();
     for entry in entries {
         match entry.kind {
             LedgerKind::Apply => {
                 if tombstoned.get(entry.request_id.as_str()).copied().unwrap_or(false) {
                     effects.applied_after_tombstone.push(entry.request_id.clone());
                 }
-                if undone_under.contains(entry.request_id.as_str()) {
-                    effects.applied_after_undo.push(entry.request_id.clone());
-                }
+                *effects.applied.entry(entry.request_id.clone()).or_default() += 1;
                 effects.by_request.entry(entry.request_id.clone()).or_default().push(entry.effect_id.clone());
                 effects.by_order.entry(entry.order_no.clone()).or_default().push(entry.effect_id.clone());
                 order_of.insert(&entry.effect_id, &entry.order_no);
@@ -59,7 +61,6 @@ pub fn replay(ledger: &[LedgerEntry]) -> Effects {
                         && ids.contains(&id)
                     {
                         ids.retain(|x| *x != id);
-                        undone_under.insert(&entry.request_id);
                     }
                     let order =
                         order_of.get(id.as_str()).map(|o| o.to_string()).unwrap_or_else(|| entry.order_no.clone());

@@ -19,11 +19,12 @@ fn violation(report: &mut Report, invariant: &'static str, biz_id: &str, message
     report.violations.push(Violation { invariant, biz_id: biz_id.to_owned(), message, evidence });
 }
 
-/// I1: for each biz_id at most one lock and one shipment in force; no effect in force under a
-/// request id that no saga sent (the ids are derived from the biz_id, so such an effect is a
-/// step run again under a key of its own, whatever the order's other sagas did); for each
-/// order no more effects than it has sagas; no effect made again under a request id after one
-/// was undone; no effect applied after its tombstone.
+/// I1: for each biz_id at most one lock and one shipment made, in force or undone since (a
+/// second one under its request id, held at once or made again after the first was undone,
+/// is the effect repeated); no effect made under a request id that no saga sent, undone since
+/// or not (the ids are derived from the biz_id, so such an effect is a step run again under a
+/// key of its own, whatever the order's other sagas did); for each order no more effects in
+/// force than it has sagas; no effect applied after its tombstone.
 pub fn at_most_once(snapshot: &Snapshot, expected: &Expected, report: &mut Report) -> LedgerEffects {
     let effects = LedgerEffects { wms: replay(&snapshot.wms_ledger), logistics: replay(&snapshot.logistics_ledger) };
     let mut sagas_per_order: BTreeMap<&str, usize> = BTreeMap::new();
@@ -38,22 +39,29 @@ pub fn at_most_once(snapshot: &Snapshot, expected: &Expected, report: &mut Repor
     {
         let sent: BTreeSet<String> = sagas.iter().map(|biz_id| request_id(biz_id, step)).collect();
         let mut unowned: BTreeSet<&str> = BTreeSet::new();
-        for (request, ids) in &ledger.by_request {
-            if ids.is_empty() || sent.contains(request) {
+        // Every effect made under a request id no saga sent is one too many, undone since or not.
+        for (request, &applied) in &ledger.applied {
+            if sent.contains(request) {
                 continue;
             }
-            report.duplicate_effects += ids.len();
-            unowned.extend(ids.iter().map(String::as_str));
-            let message = format!("{} {name}(s) in force under a request id no saga sent", ids.len());
-            violation(report, "I1", request, message, format!("{request}: {ids:?}"));
+            report.duplicate_effects += applied;
+            let in_force = ledger.by_request.get(request).map(Vec::as_slice).unwrap_or_default();
+            unowned.extend(in_force.iter().map(String::as_str));
+            let message =
+                format!("{applied} {name}(s) made under a request id no saga sent, {} in force", in_force.len());
+            violation(report, "I1", request, message, format!("{request}: {in_force:?}"));
         }
+        // Under one of ours, every effect after the first was made again: held at once, or
+        // made again after it was undone.
         for biz_id in &expected.orders {
             let request = request_id(biz_id, step);
-            let count = ledger.in_force(&request);
-            if count > 1 {
-                report.duplicate_effects += count - 1;
+            let applied = ledger.applied(&request);
+            if applied > 1 {
+                report.duplicate_effects += applied - 1;
+                let in_force = ledger.in_force(&request);
                 let evidence = format!("{request}: {:?}", ledger.by_request.get(&request));
-                violation(report, "I1", biz_id, format!("{count} {name}s in force under one request id"), evidence);
+                let message = format!("{name} made {applied} times under one request id, {in_force} in force");
+                violation(report, "I1", biz_id, message, evidence);
             }
         }
         // Repeats under one of our request ids, counted above, by order (one pass, not one
@@ -77,10 +85,6 @@ pub fn at_most_once(snapshot: &Snapshot, expected: &Expected, report: &mut Repor
                 let message = format!("{owned} {name}s in force for an order with {allowed} saga(s)");
                 violation(report, "I1", order_no, message, format!("effects {ids:?}"));
             }
-        }
-        for request in &ledger.applied_after_undo {
-            report.duplicate_effects += 1;
-            violation(report, "I1", request, format!("{name} made again after it was undone"), request.clone());
         }
         for request in &ledger.applied_after_tombstone {
             violation(report, "I4", request, format!("{name} applied after its tombstone"), request.clone());

@@ -199,6 +199,23 @@ async fn planted_violations_are_found(db: &TestDb) {
             }),
             vec!["I1"],
         ),
+        (
+            "a second lock under our request id, undone since",
+            Box::new(move |s, _| {
+                let request = request_id(done, Step::Wms);
+                s.wms_ledger.push(lock(request.clone(), "L-extra", 10_000, LedgerKind::Apply));
+                s.wms_ledger.push(lock(request, "L-extra", 10_001, LedgerKind::Undo));
+            }),
+            vec!["I1"],
+        ),
+        (
+            "a lock under a key no saga sent, undone since",
+            Box::new(|s, _| {
+                s.wms_ledger.push(lock("legacy-8".into(), "L-legacy", 10_000, LedgerKind::Apply));
+                s.wms_ledger.push(lock("legacy-8".into(), "L-legacy", 10_001, LedgerKind::Undo));
+            }),
+            vec!["I1"],
+        ),
         ("a row missing", Box::new(move |s, _| s.sagas.retain(|x| x.biz_id != done)), vec!["I2"]),
         // Rows whose status is changed here keep their log, which ends elsewhere: I4 as well.
         // The saga's outbox row (its notification) is there too: I3 as well.
@@ -429,6 +446,10 @@ async fn planted_violations_are_found(db: &TestDb) {
         snapshot.wms_ledger.push(lock(request.clone(), effect_id, 10_000, LedgerKind::Apply));
         let report = check(&snapshot, &expected);
         assert_eq!(report.duplicate_effects, 1, "{request}: {:#?}", report.violations);
+        // Undone since, it was made all the same: still one.
+        snapshot.wms_ledger.push(lock(request.clone(), effect_id, 10_001, LedgerKind::Undo));
+        let report = check(&snapshot, &expected);
+        assert_eq!(report.duplicate_effects, 1, "{request} undone: {:#?}", report.violations);
     }
 }
 both_engines!(checker_finds_planted_violations, planted_violations_are_found);
