@@ -251,7 +251,19 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<bool> {
     }
     print!("{}", output::summary_markdown(&report));
     println!("bench: report in {}", out.display());
-    Ok(true)
+    // A midflight phase with a duplicate, a violation or a lost message, or one that did not
+    // drain, fails the run: its numbers are no result.
+    let failed: Vec<String> = report
+        .systems
+        .iter()
+        .filter(|(kind, _)| kind.is_midflight())
+        .flat_map(|(_, result)| [&result.peak, &result.paced, &result.rebalance].into_iter().flatten())
+        .flat_map(output::failures)
+        .collect();
+    for failure in &failed {
+        println!("bench: FAILED: {failure}");
+    }
+    Ok(failed.is_empty())
 }
 
 fn command_line() -> String {

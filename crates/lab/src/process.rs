@@ -153,13 +153,60 @@ impl Supervisor {
 
     /// Names of the children that exited on their own (crashed), with their exit status.
     pub fn exited(&mut self) -> Vec<(String, Option<i32>)> {
+        self.exited_incarnations().into_iter().map(|(name, _, code)| (name, code)).collect()
+    }
+
+    /// The children whose latest incarnation has exited: name, incarnation (0 for the first
+    /// start, one more for each restart) and exit status (`None`: ended by a signal).
+    pub fn exited_incarnations(&mut self) -> Vec<(String, u32, Option<i32>)> {
         let mut out = Vec::new();
         for (name, running) in &mut self.children {
             if let Ok(Some(status)) = running.child.try_wait() {
-                out.push((name.clone(), status.code()));
+                out.push((name.clone(), running.generation, status.code()));
             }
         }
         out
+    }
+
+    /// The incarnation of `name` started last.
+    pub fn generation(&self, name: &str) -> Option<u32> {
+        self.children.get(name).map(|r| r.generation)
+    }
+
+    /// Stops those of `names` that are running, all at once: each is thawed (it may be frozen)
+    /// and sent SIGTERM, then all are waited for up to the same grace, and any still running
+    /// is killed. Returns each stopped child's exit status (`None`: it had to be killed, or a
+    /// signal ended it).
+    pub fn stop_together(&mut self, names: &[String]) -> anyhow::Result<Vec<(String, Option<i32>)>> {
+        let mut stopping = Vec::new();
+        for name in names {
+            if self.is_running(name) {
+                self.signal(name, Signal::Cont)?;
+                self.signal(name, Signal::Term)?;
+                stopping.push(name.clone());
+            }
+        }
+        let deadline = Instant::now() + TERM_GRACE;
+        let mut stopped = Vec::new();
+        while !stopping.is_empty() {
+            let mut still = Vec::new();
+            for name in stopping {
+                let running = self.children.get_mut(&name).with_context(|| format!("no process named {name}"))?;
+                match running.child.try_wait()? {
+                    Some(status) => stopped.push((name, status.code())),
+                    None if Instant::now() > deadline => {
+                        self.signal(&name, Signal::Kill)?;
+                        stopped.push((name, None));
+                    }
+                    None => still.push(name),
+                }
+            }
+            stopping = still;
+            if !stopping.is_empty() {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Ok(stopped)
     }
 
     pub fn names(&self) -> Vec<String> {
@@ -191,5 +238,66 @@ impl Supervisor {
 impl Drop for Supervisor {
     fn drop(&mut self) {
         self.kill_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A supervisor of programs in /bin, logging to a directory of its own that goes with it.
+    struct Children {
+        supervisor: Supervisor,
+        logs: PathBuf,
+    }
+
+    impl Drop for Children {
+        fn drop(&mut self) {
+            self.supervisor.kill_all();
+            std::fs::remove_dir_all(&self.logs).ok();
+        }
+    }
+
+    fn supervisor(test: &str) -> Children {
+        let logs = std::env::temp_dir().join(format!("midflight-lab-{test}-{}", std::process::id()));
+        let supervisor = Supervisor::new(PathBuf::from("/bin"), logs.clone()).expect("supervisor");
+        Children { supervisor, logs }
+    }
+
+    fn spec(binary: &'static str, args: &[&str]) -> Spec {
+        Spec { binary, args: args.iter().map(|a| (*a).to_owned()).collect(), env: Vec::new() }
+    }
+
+    #[test]
+    fn each_restart_is_an_incarnation_of_its_own() {
+        let mut run = supervisor("incarnations");
+        let children = &mut run.supervisor;
+        children.start("x", spec("sleep", &["30"])).expect("start");
+        assert_eq!(children.generation("x"), Some(0));
+        children.signal("x", Signal::Kill).expect("kill");
+        assert_eq!(children.exited_incarnations(), vec![("x".to_owned(), 0, None)]);
+        children.start("x", spec("false", &[])).expect("start again");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while children.is_running("x") {
+            assert!(Instant::now() < deadline, "`false` still running after 30 s");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(children.exited_incarnations(), vec![("x".to_owned(), 1, Some(1))]);
+    }
+
+    #[test]
+    fn a_frozen_child_is_stopped_with_the_others() {
+        let mut run = supervisor("stop-together");
+        let children = &mut run.supervisor;
+        children.start("a", spec("sleep", &["30"])).expect("start a");
+        children.start("b", spec("sleep", &["30"])).expect("start b");
+        children.signal("a", Signal::Stop).expect("freeze a");
+        let names = vec!["a".to_owned(), "b".to_owned(), "never-started".to_owned()];
+        let mut stopped = children.stop_together(&names).expect("stop");
+        stopped.sort();
+        // sleep dies of the SIGTERM it does not handle: no exit code, and neither waited for
+        // the grace to run out (a frozen child would have).
+        assert_eq!(stopped, vec![("a".to_owned(), None), ("b".to_owned(), None)]);
+        assert!(!children.is_running("a") && !children.is_running("b"));
     }
 }

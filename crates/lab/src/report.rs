@@ -8,6 +8,9 @@ use anyhow::Context;
 use midflight_checker::{Report, Violation};
 use serde::Serialize;
 
+/// How the notes that fail a run begin.
+pub const FAILING_NOTES: [&str; 2] = ["crash", "never fired"];
+
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RunReport {
     pub name: String,
@@ -43,9 +46,12 @@ impl RunReport {
         }
     }
 
-    /// A run passes when the checker found nothing, everything settled and no child crashed.
+    /// A run passes when the checker found nothing, everything settled, no child crashed and
+    /// every step of its schedule fired (a fault that never happened tested nothing).
     pub fn passed(&self) -> bool {
-        self.violations.is_empty() && self.quiescent && self.notes.iter().all(|n| !n.starts_with("crash"))
+        self.violations.is_empty()
+            && self.quiescent
+            && self.notes.iter().all(|n| !FAILING_NOTES.iter().any(|prefix| n.starts_with(prefix)))
     }
 
     pub fn print(&self) {
@@ -78,5 +84,27 @@ impl RunReport {
         }
         let text = serde_json::to_string_pretty(self)?;
         std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_passes_only_settled_clean_and_with_its_whole_schedule() {
+        let settled =
+            RunReport { quiescent: true, notes: vec!["logs and databases: run/x".into()], ..RunReport::default() };
+        assert!(settled.passed());
+        for note in [
+            "crash: consumer-2 exited on its own (status Some(101)); see its log",
+            "crash: recovery-1 did not stop cleanly on SIGTERM (status None); see its log",
+            "never fired: kill -9 consumer-2 (AtHeld(5))",
+        ] {
+            let mut report = settled.clone();
+            report.notes.push(note.to_owned());
+            assert!(!report.passed(), "{note}");
+        }
+        assert!(!RunReport { quiescent: false, ..settled.clone() }.passed());
     }
 }

@@ -1,7 +1,7 @@
 //! Running a system through a workload and a fault schedule, waiting for quiescence, and
 //! checking the result: the one loop behind the demo, every scenario and the chaos campaign.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
@@ -12,7 +12,7 @@ use midflight_mock::FaultPlan;
 use midflight_stack::kafka::EmbeddedKafka;
 use serde::Deserialize;
 
-use crate::process::Signal;
+use crate::process::{Signal, Supervisor};
 use crate::report::RunReport;
 use crate::system::{System, SystemSpec};
 use crate::workload::Workload;
@@ -181,7 +181,13 @@ pub async fn execute(plan: Plan) -> anyhow::Result<RunReport> {
     let mut pending: std::collections::VecDeque<Scheduled> = plan.schedule.iter().cloned().collect();
     let mut last_fired = Instant::now();
     let mut faults_injected = 0;
-    let mut intentional: BTreeSet<String> = BTreeSet::new();
+    // Each process's incarnation the schedule ended on purpose (killed or stopped); a later
+    // incarnation of the same name that dies is a crash.
+    let mut intentional: BTreeMap<String, u32> = BTreeMap::new();
+    // How long the system must have been left alone before it counts as quiescent: a process
+    // thawed or started by the last step gets a lease and a call's time to do what it will
+    // (a zombie's stale writes and calls), so the checker sees it.
+    let grace = Duration::from_millis(u64::try_from(plan.spec.lease_ms).unwrap_or(0) + plan.spec.rpc_timeout_ms);
     let mut settle_from = Instant::now();
     let mut quiescent = false;
     let mut last_line = Instant::now();
@@ -222,14 +228,18 @@ pub async fn execute(plan: Plan) -> anyhow::Result<RunReport> {
                 let kafka = EmbeddedKafka::connect(system.kafka.bootstrap_servers())?;
                 let topic = system.names.order_topic.clone();
                 waves.push(tokio::spawn(async move { wave.produce(&kafka, &topic).await }));
-            } else {
-                apply(&mut system, &scheduled.action, &mut intentional).await?;
+            } else if apply(&mut system, &scheduled.action, &mut intentional).await? {
+                faults_injected += usize::from(scheduled.action.is_fault());
             }
-            faults_injected += usize::from(scheduled.action.is_fault());
             last_fired = Instant::now();
             settle_from = Instant::now();
         }
-        if pending.is_empty() && waves.is_empty() && done >= expected.messages() && drained(&system, legacy).await? {
+        if pending.is_empty()
+            && waves.is_empty()
+            && done >= expected.messages()
+            && last_fired.elapsed() >= grace
+            && drained(&system, legacy).await?
+        {
             quiescent = true;
             break;
         }
@@ -262,6 +272,9 @@ pub async fn execute(plan: Plan) -> anyhow::Result<RunReport> {
     if !quiescent {
         notes.extend(unheld_partitions(&mut system).await);
     }
+    // The services under test stop before the checker reads, so nothing they still do (a
+    // thawed zombie, a shutdown's last writes) happens after it looked.
+    notes.extend(stop_services(&mut system)?);
     let mut report = if legacy {
         legacy_report(&system, &expected, &name).await?
     } else {
@@ -363,26 +376,33 @@ fn held_by(owners: &[(String, u64)], target: &str) -> u64 {
         .sum()
 }
 
-async fn apply(system: &mut System, action: &Action, intentional: &mut BTreeSet<String>) -> anyhow::Result<()> {
+/// Carries out `action`; false when it was skipped (a signal to a process that is not running).
+async fn apply(system: &mut System, action: &Action, intentional: &mut BTreeMap<String, u32>) -> anyhow::Result<bool> {
+    let mut end_on_purpose = |system: &mut System, target: &str| {
+        if let Some(generation) = system.processes.generation(target) {
+            intentional.insert(target.to_owned(), generation);
+        }
+    };
     match action {
         // Signals to a process that is not running (already killed by an earlier fault) are
         // skipped: a random schedule may well pick the same victim twice.
         Action::Kill { target } if system.processes.is_running(target) => {
-            intentional.insert(target.clone());
+            end_on_purpose(system, target);
             system.signal(target, Signal::Kill)?;
         }
         Action::Pause { target } if system.processes.is_running(target) => system.signal(target, Signal::Stop)?,
         Action::Resume { target } if system.processes.is_running(target) => system.signal(target, Signal::Cont)?,
         Action::Stop { target } if system.processes.is_running(target) => {
-            intentional.insert(target.clone());
+            end_on_purpose(system, target);
             system.signal(target, Signal::Cont)?;
             system.processes.stop(target)?;
         }
-        Action::Kill { .. } | Action::Pause { .. } | Action::Resume { .. } | Action::Stop { .. } => {}
+        Action::Kill { .. } | Action::Pause { .. } | Action::Resume { .. } | Action::Stop { .. } => return Ok(false),
         Action::Start { target } => {
-            if !system.processes.is_running(target) {
-                start(system, target)?;
+            if system.processes.is_running(target) {
+                return Ok(false);
             }
+            start(system, target)?;
         }
         Action::WmsFaults { plan } => system.set_wms_faults(plan).await?,
         Action::LogisticsFaults { plan } => system.set_logistics_faults(plan).await?,
@@ -397,7 +417,7 @@ async fn apply(system: &mut System, action: &Action, intentional: &mut BTreeSet<
         }
         Action::Produce { .. } => {}
     }
-    Ok(())
+    Ok(true)
 }
 
 fn start(system: &mut System, target: &str) -> anyhow::Result<()> {
@@ -432,14 +452,36 @@ async fn drained(system: &System, legacy: bool) -> anyhow::Result<bool> {
 }
 
 /// Children that exited without the schedule killing or stopping them.
-fn crashes(system: &mut System, intentional: &BTreeSet<String>) -> Vec<String> {
-    system
-        .processes
-        .exited()
+fn crashes(system: &mut System, intentional: &BTreeMap<String, u32>) -> Vec<String> {
+    crashed(&mut system.processes, intentional)
+}
+
+/// The incarnations in `children` that exited, less those in `intentional`.
+fn crashed(children: &mut Supervisor, intentional: &BTreeMap<String, u32>) -> Vec<String> {
+    children
+        .exited_incarnations()
         .into_iter()
-        .filter(|(name, _)| !intentional.contains(name))
-        .map(|(name, code)| format!("crash: {name} exited on its own (status {code:?}); see its log"))
+        .filter(|(name, generation, _)| intentional.get(name) != Some(generation))
+        .map(|(name, _, code)| format!("crash: {name} exited on its own (status {code:?}); see its log"))
         .collect()
+}
+
+/// Stops the consumers and recovery workers (not the mocks the checker reads, nor the
+/// brokers), all at once, and names each that did not exit cleanly: a service stopped with
+/// SIGTERM exits 0 once its shutdown is done.
+fn stop_services(system: &mut System) -> anyhow::Result<Vec<String>> {
+    let names: Vec<String> = system
+        .processes
+        .names()
+        .into_iter()
+        .filter(|name| name.starts_with("consumer-") || name.starts_with("recovery-"))
+        .collect();
+    let stopped = system.processes.stop_together(&names)?;
+    Ok(stopped
+        .into_iter()
+        .filter(|(_, code)| *code != Some(0))
+        .map(|(name, code)| format!("crash: {name} did not stop cleanly on SIGTERM (status {code:?}); see its log"))
+        .collect())
 }
 
 async fn keys(system: &System, topic: &str) -> anyhow::Result<Vec<String>> {
@@ -523,5 +565,35 @@ mod tests {
         assert_eq!(held_by(&owners, "consumer-2"), 0);
         assert!(is_due(Trigger::AtHeld(12), 0, 0.0, 0, 12));
         assert!(!is_due(Trigger::AtHeld(13), 1_000_000, 1.0, 1_000_000, 12), "only what it holds counts");
+    }
+
+    #[test]
+    fn a_crash_after_a_restart_is_a_crash() {
+        let logs = std::env::temp_dir().join(format!("midflight-lab-crashed-{}", std::process::id()));
+        let mut children = Supervisor::new(std::path::PathBuf::from("/bin"), logs.clone()).expect("supervisor");
+        let spec = |binary, args: &[&str]| crate::process::Spec {
+            binary,
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            env: Vec::new(),
+        };
+        children.start("consumer-1", spec("sleep", &["30"])).expect("start");
+        // The schedule kills the first incarnation: not a crash.
+        let mut intentional = BTreeMap::from([("consumer-1".to_owned(), 0)]);
+        children.signal("consumer-1", Signal::Kill).expect("kill");
+        assert_eq!(crashed(&mut children, &intentional), Vec::<String>::new());
+        // Its restart dies on its own: a crash, though the name was killed on purpose before.
+        children.start("consumer-1", spec("false", &[])).expect("restart");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while children.is_running("consumer-1") {
+            assert!(Instant::now() < deadline, "`false` still running after 30 s");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let crashes = crashed(&mut children, &intentional);
+        assert_eq!(crashes.len(), 1, "{crashes:?}");
+        assert!(crashes[0].starts_with("crash: consumer-1 exited on its own (status Some(1))"), "{crashes:?}");
+        intentional.insert("consumer-1".to_owned(), 1);
+        assert_eq!(crashed(&mut children, &intentional), Vec::<String>::new());
+        drop(children);
+        std::fs::remove_dir_all(&logs).ok();
     }
 }

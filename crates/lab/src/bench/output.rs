@@ -111,6 +111,11 @@ struct SystemNumbers {
     write_txns_per_msg: Option<f64>,
     rss_mib: Option<f64>,
     duplicates: usize,
+    /// The checker's violations and lost messages over the same phases as `duplicates`.
+    violations: usize,
+    lost: usize,
+    /// Whether every one of those phases finished all its messages before its deadline.
+    drained: bool,
     /// The longest a partition went without an owner (the rebalance phase only).
     #[serde(skip_serializing_if = "Option::is_none")]
     handover_max_ms: Option<i64>,
@@ -131,6 +136,9 @@ fn numbers(result: &SystemResult) -> SystemNumbers {
         write_txns_per_msg: result.peak.as_ref().and_then(|p| p.write_txns_per_msg).map(|v| round(v, 3)),
         rss_mib: result.peak.as_ref().map(|p| round(p.rss_mib, 1)),
         duplicates: [&result.peak, &result.paced].into_iter().flatten().map(|p| p.duplicates).sum(),
+        violations: [&result.peak, &result.paced].into_iter().flatten().map(|p| p.violations).sum(),
+        lost: [&result.peak, &result.paced].into_iter().flatten().map(|p| p.lost).sum(),
+        drained: [&result.peak, &result.paced].into_iter().flatten().all(|p| p.drained),
         handover_max_ms: None,
         cpu_ms_per_msg: result.peak.as_ref().and_then(|p| p.cpu).map(rounded),
         rebalance: None,
@@ -145,6 +153,9 @@ fn numbers(result: &SystemResult) -> SystemNumbers {
             write_txns_per_msg: r.write_txns_per_msg.map(|v| round(v, 3)),
             rss_mib: Some(round(r.rss_mib, 1)),
             duplicates: r.duplicates,
+            violations: r.violations,
+            lost: r.lost,
+            drained: r.drained,
             handover_max_ms: r.handover_max_ms,
             cpu_ms_per_msg: r.cpu.map(rounded),
             rebalance: None,
@@ -226,18 +237,44 @@ fn opt_f(value: Option<f64>, digits: usize) -> String {
     value.map_or("-".to_owned(), |v| format!("{v:.digits$}"))
 }
 
+/// A system's duplicates, violations and lost messages, saying so when a phase did not drain.
+fn checked(n: &SystemNumbers) -> String {
+    let undrained = if n.drained { "" } else { " (not drained)" };
+    format!("{} / {} / {}{undrained}", n.duplicates, n.violations, n.lost)
+}
+
+/// What makes a phase's numbers no result: effects doubled, the checker's violations, messages
+/// lost, or a phase that did not finish its messages before its deadline.
+pub fn failures(phase: &PhaseResult) -> Vec<String> {
+    let mut out = Vec::new();
+    for (count, what) in
+        [(phase.duplicates, "duplicate effects"), (phase.violations, "violations"), (phase.lost, "lost messages")]
+    {
+        if count > 0 {
+            out.push(format!("{} {}: {count} {what}", phase.system, phase.phase));
+        }
+    }
+    if !phase.drained {
+        out.push(format!(
+            "{} {}: not drained ({} of {} finished)",
+            phase.system, phase.phase, phase.finished, phase.messages
+        ));
+    }
+    out
+}
+
 /// The summary table and the targets, also printed at the end of a run.
 pub fn summary_markdown(report: &BenchReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "| system | msg/s (peak) | p50 ms | p99 ms | added p99 ms | write txns/msg | RSS MiB | duplicates | rebalance: msg/s, p99 ms, longest handover ms, duplicates |"
+        "| system | msg/s (peak) | p50 ms | p99 ms | added p99 ms | write txns/msg | RSS MiB | duplicates / violations / lost | rebalance: msg/s, p99 ms, longest handover ms, duplicates / violations / lost |"
     );
     let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|");
     for (kind, result) in &report.systems {
         let n = numbers(result);
         let rebalance = n.rebalance.as_ref().map_or("-".to_owned(), |r| {
-            format!("{}, {}, {}, {}", opt_f(r.msgs_per_s, 0), opt(r.p99_ms), opt(r.handover_max_ms), r.duplicates)
+            format!("{}, {}, {}, {}", opt_f(r.msgs_per_s, 0), opt(r.p99_ms), opt(r.handover_max_ms), checked(r))
         });
         let _ = writeln!(
             out,
@@ -249,7 +286,7 @@ pub fn summary_markdown(report: &BenchReport) -> String {
             opt(n.added_p99_ms),
             opt_f(n.write_txns_per_msg, 2),
             opt_f(n.rss_mib, 0),
-            n.duplicates,
+            checked(&n),
             rebalance
         );
     }
@@ -279,13 +316,15 @@ fn targets(report: &BenchReport) -> String {
     let peak = ours.peak.as_ref();
     let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
     if let Some(peak) = peak {
-        let rebalance_dups = ours.rebalance.as_ref().map_or(0, |r| r.duplicates);
-        let dups = peak.duplicates + ours.paced.as_ref().map_or(0, |p| p.duplicates) + rebalance_dups;
+        let phases = [&ours.peak, &ours.paced, &ours.rebalance].into_iter().flatten();
+        let failed: Vec<String> = phases.flat_map(failures).collect();
+        let dups: usize = [&ours.peak, &ours.paced, &ours.rebalance].into_iter().flatten().map(|p| p.duplicates).sum();
         let _ = writeln!(
             out,
-            "- >= {TARGET_MSGS_PER_S:.0} msg/s with zero duplicates: {:.0} msg/s, {dups} duplicates: {}",
+            "- >= {TARGET_MSGS_PER_S:.0} msg/s with zero duplicates (and no violation, nothing lost, every phase drained): {:.0} msg/s, {dups} duplicates{}: {}",
             peak.msgs_per_s,
-            verdict(peak.msgs_per_s >= TARGET_MSGS_PER_S && dups == 0)
+            if failed.is_empty() { String::new() } else { format!("; {}", failed.join("; ")) },
+            verdict(peak.msgs_per_s >= TARGET_MSGS_PER_S && failed.is_empty())
         );
         if let Some(a) = report.systems.get(&SystemKind::BaselineA).and_then(|r| r.peak.as_ref()) {
             let ratio = peak.msgs_per_s / a.msgs_per_s.max(0.001);
@@ -722,7 +761,69 @@ fn svg(report: &BenchReport) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::commit_label;
+    use super::*;
+    use crate::bench::SystemResult;
+    use std::collections::BTreeMap;
+
+    fn report_with(peak: PhaseResult) -> BenchReport {
+        let machine = Machine {
+            cpu: "test".into(),
+            cores: 2,
+            memory_gib: 24.0,
+            commit: "abc1234".into(),
+            mariadb: None,
+            date_unix_s: 0,
+        };
+        let systems = BTreeMap::from([(
+            SystemKind::MidflightMariadb,
+            SystemResult { peak: Some(peak), ..SystemResult::default() },
+        )]);
+        BenchReport {
+            machine,
+            command: "bench".into(),
+            group_protocol: "classic",
+            kafka: "embedded".into(),
+            systems,
+            ceilings: BTreeMap::new(),
+        }
+    }
+
+    fn peak(msgs_per_s: f64) -> PhaseResult {
+        PhaseResult {
+            system: "midflight-mariadb".into(),
+            phase: "peak".into(),
+            messages: 1_000,
+            finished: 1_000,
+            msgs_per_s,
+            drained: true,
+            ..PhaseResult::default()
+        }
+    }
+
+    #[test]
+    fn the_throughput_target_needs_a_clean_drained_run() {
+        let clean = summary_markdown(&report_with(peak(5_000.0)));
+        assert!(clean.contains("0 duplicates: met"), "{clean}");
+        assert!(clean.contains("| 0 / 0 / 0 |"), "{clean}");
+        for flaw in [
+            PhaseResult { lost: 10, ..peak(5_000.0) },
+            PhaseResult { violations: 3, ..peak(5_000.0) },
+            PhaseResult { drained: false, finished: 990, ..peak(5_000.0) },
+            PhaseResult { duplicates: 1, ..peak(5_000.0) },
+        ] {
+            let failures = failures(&flaw);
+            assert_eq!(failures.len(), 1, "{failures:?}");
+            let text = summary_markdown(&report_with(flaw));
+            assert!(text.contains(&format!("{}: NOT met", failures[0])), "{text}");
+        }
+        assert_eq!(
+            failures(&PhaseResult { drained: false, finished: 990, ..peak(5_000.0) }),
+            vec!["midflight-mariadb peak: not drained (990 of 1000 finished)".to_owned()]
+        );
+        assert!(
+            summary_markdown(&report_with(PhaseResult { drained: false, ..peak(5_000.0) })).contains("(not drained)")
+        );
+    }
 
     #[test]
     fn the_commit_label_says_when_the_binaries_are_not_the_checkouts() {

@@ -84,7 +84,7 @@ pub struct Sample {
 }
 
 /// What one phase measured.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct PhaseResult {
     pub system: String,
     pub phase: String,
