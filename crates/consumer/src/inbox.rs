@@ -15,7 +15,7 @@ use futures::future::join_all;
 use midflight_model::limits::PAYLOAD_BYTES_MAX;
 use midflight_model::{OrderEvent, PayloadError, Saga, Source};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
+use rdkafka::message::{BorrowedMessage, Header, Message, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
 
 use crate::error::{Error, MessageRef};
@@ -23,6 +23,8 @@ use crate::kafka::{Partition, Producer};
 
 /// The W3C header carrying the producer's trace context.
 pub const TRACEPARENT_HEADER: &str = "traceparent";
+/// The same name, as librdkafka looks it up.
+const TRACEPARENT_NAME: &std::ffi::CStr = c"traceparent";
 /// Header of a dead-letter copy: why the message was parked.
 pub const ERROR_HEADER: &str = "midflight-error";
 /// Header of a dead-letter copy: `topic/partition@offset` of the original.
@@ -57,9 +59,7 @@ impl Incoming {
                 message.topic(),
                 message.partition(),
                 message.offset(),
-                message.headers().and_then(|headers| {
-                    headers.iter().find(|h| h.key == TRACEPARENT_HEADER).and_then(|h| trace_context(h.value?))
-                }),
+                traceparent_header(message).and_then(trace_context),
             ),
         }
     }
@@ -257,6 +257,35 @@ fn copy<'a>(topic: &'a str, poison: &Poison<'a>) -> FutureRecord<'a, [u8], [u8]>
 }
 
 /// The header's value as a trace context, if it plausibly is one.
+/// The value of the message's `traceparent` header (the last, if it has several), looked up
+/// by name in librdkafka. The binding's header iterator turns each header's name into text and
+/// panics on a name that is not UTF-8 (rdkafka 0.39), which any producer may send: that panic
+/// would stop every consumer that reads the message, at every try, and hold its partition.
+fn traceparent_header<'m>(message: &'m BorrowedMessage<'_>) -> Option<&'m [u8]> {
+    use rdkafka::bindings::{rd_kafka_header_get_last, rd_kafka_headers_t, rd_kafka_message_headers};
+    use rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR;
+    let mut headers: *mut rd_kafka_headers_t = std::ptr::null_mut();
+    let mut value: *const std::ffi::c_void = std::ptr::null();
+    let mut size = 0_usize;
+    // SAFETY: the message pointer is valid while `message` is borrowed; librdkafka returns
+    // the headers it owns, or an error and no headers. The name is a NUL-terminated constant.
+    // The value points into the headers, which live as long as the message, and has `size`
+    // bytes (a null value is a header without one).
+    #[allow(unsafe_code)]
+    unsafe {
+        if rd_kafka_message_headers(message.ptr(), &mut headers) != RD_KAFKA_RESP_ERR_NO_ERROR || headers.is_null() {
+            return None;
+        }
+        if rd_kafka_header_get_last(headers, TRACEPARENT_NAME.as_ptr(), &mut value, &mut size)
+            != RD_KAFKA_RESP_ERR_NO_ERROR
+            || value.is_null()
+        {
+            return None;
+        }
+        Some(std::slice::from_raw_parts(value.cast::<u8>(), size))
+    }
+}
+
 fn trace_context(value: &[u8]) -> Option<String> {
     let text = std::str::from_utf8(value).ok()?.trim();
     let plausible = !text.is_empty() && text.len() <= TRACEPARENT_LEN_MAX && text.bytes().all(|b| b.is_ascii_graphic());
@@ -266,6 +295,11 @@ fn trace_context(value: &[u8]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_header_is_looked_up_by_its_name() {
+        assert_eq!(TRACEPARENT_NAME.to_str(), Ok(TRACEPARENT_HEADER));
+    }
 
     fn message(offset: i64, payload: &str) -> Incoming {
         Incoming {

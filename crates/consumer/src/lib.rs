@@ -17,7 +17,10 @@
 //!
 //! Architecture invariants:
 //! - An offset is committed only when every message below it has a durable row (and, for
-//!   poison, an acknowledged dead-letter copy).
+//!   poison, an acknowledged dead-letter copy, or a row saying why the copy can never be
+//!   delivered: too large, the topic missing or not writable).
+//! - Nothing in a message stops the consumer: its key, payload and headers are read as bytes
+//!   (a header name that is not UTF-8 included), and what is not an order is parked.
 //! - One process never drives one biz_id twice at once (the scheduler is the in-flight set).
 //! - No database connection or row lock is held across a downstream call (the driver's rule);
 //!   the pipeline writes between calls only.

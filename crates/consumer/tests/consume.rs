@@ -565,6 +565,65 @@ async fn poison_between_good(db: &TestDb) {
 }
 both_engines!(poison_is_parked_and_the_partition_moves_on, poison_between_good);
 
+/// A message with a header whose name is not UTF-8 (any producer may send one; the Rust
+/// binding's header iterator panics on it) is an order like any other: it completes, its trace
+/// context is read from its `traceparent` header, and the partition moves on past it.
+async fn header_name_not_utf8(db: &TestDb) {
+    use rdkafka::message::{BorrowedHeaders, Header, OwnedHeaders};
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+
+    let harness = Harness::start(MockOptions::default()).await;
+    let goods = orders("H", 2);
+    let mut headers = OwnedHeaders::new().insert(Header { key: "before", value: Some("x") });
+    // SAFETY: `as_borrowed` is the headers' native pointer (how the binding itself reads them);
+    // the name and value are copied by librdkafka.
+    #[allow(unsafe_code)]
+    unsafe {
+        let raw = std::ptr::from_ref::<BorrowedHeaders>(headers.as_borrowed()).cast_mut().cast();
+        let (name, value) = (b"\xff\xfename", b"value");
+        let error = rdkafka::bindings::rd_kafka_header_add(
+            raw,
+            name.as_ptr().cast(),
+            name.len() as isize,
+            value.as_ptr().cast(),
+            value.len() as isize,
+        );
+        assert_eq!(error, rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR);
+    }
+    let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    headers = headers.insert(Header { key: "traceparent", value: Some(traceparent) });
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", harness.kafka.bootstrap_servers())
+        .create()
+        .expect("producer");
+    let payload = serde_json::to_vec(&goods[0]).expect("json");
+    let raw = FutureRecord::to(&harness.orders)
+        .key(goods[0].order_no.as_str())
+        .payload(&payload)
+        .partition(0)
+        .headers(headers);
+    let (partition, offset) = producer.send(raw, WAIT).await.map(|d| (d.partition, d.offset)).expect("delivered");
+    harness.produced.lock().expect("produced offsets").insert(partition, offset + 1);
+    harness.produce(&[on_zero(record(&goods[1]))]).await;
+
+    let consumer = harness.start_consumer(harness.config("g", "c1"), &db.store);
+    eventually("both sagas DONE", || async {
+        let s = consumer.snapshot();
+        if s.done == 2 { Ok(()) } else { Err(consumer.report()) }
+    })
+    .await;
+    consumer.stop().await;
+    let first = saga(&db.store, &goods[0].biz_id()).await;
+    assert_eq!(first.status, Status::Done);
+    assert!(
+        first.trace_context.as_deref().is_some_and(|t| t.contains("0af7651916cd43dd8448eb211c80319c")),
+        "the trace context is read past the header: {:?}",
+        first.trace_context
+    );
+    harness.assert_all_committed("g").await;
+}
+both_engines!(a_header_name_that_is_not_utf8_does_not_hold_the_partition, header_name_not_utf8);
+
 /// A poison message whose dead-letter copy can never be delivered (here larger than the
 /// producer's `message.max.bytes`) does not hold its partition: its row is parked, saying so
 /// and keeping only the first 64 KiB of the payload, it is counted, and the messages after it
