@@ -10,6 +10,8 @@ pub enum Error {
     Config { problems: Vec<String> },
     #[error("kafka: {operation}: {source}")]
     Kafka { operation: &'static str, source: KafkaError },
+    #[error("kafka: the consumer's client hit a fatal error and cannot go on ({reason}); a restart makes a new one")]
+    KafkaFatal { reason: String },
     #[error(transparent)]
     Store(#[from] midflight_store::Error),
     #[error(transparent)]

@@ -189,10 +189,10 @@ impl<D: Downstream> Pipeline<D> {
                 }
                 Event::Ended(ended) => self.scheduler.ended(ended),
                 Event::Message(Ok(first)) => {
-                    let (batch, held) = self.collect(first).await;
+                    let (batch, held) = self.collect(first).await?;
                     self.launch(batch, held, shutdown).await?;
                 }
-                Event::Message(Err(error)) => self.consumer_error(&error),
+                Event::Message(Err(error)) => self.consumer_error(&error)?,
             }
         }
     }
@@ -213,7 +213,11 @@ impl<D: Downstream> Pipeline<D> {
     /// callbacks run inside `recv`, so one can come between two messages of a batch): a
     /// partition revoked and given back between two of its messages is marked so that the
     /// batch commits nothing for it ([`crate::kafka::Context::made_durable`]).
-    async fn collect(&self, first: Incoming) -> (Vec<Incoming>, BTreeMap<Partition, u64>) {
+    ///
+    /// A fatal error of the client while gathering fails the call: the batch is dropped
+    /// unwritten and uncommitted, so its messages are read again by whoever takes the
+    /// partitions.
+    async fn collect(&self, first: Incoming) -> Result<(Vec<Incoming>, BTreeMap<Partition, u64>), Error> {
         let room = self.settings.in_flight_max.saturating_sub(self.scheduler.len() + self.pending_messages());
         let size_max = room.clamp(1, self.settings.batch_max);
         let mut batch = Vec::with_capacity(size_max);
@@ -244,20 +248,30 @@ impl<D: Downstream> Pipeline<D> {
                     bytes += message.payload.len();
                     batch.push(message);
                 }
-                Ok(Err(error)) => self.consumer_error(&error),
+                Ok(Err(error)) => self.consumer_error(&error)?,
                 Err(_) => break,
             }
         }
         Counters::add(&self.counters.received, batch.len() as u64);
-        (batch, held)
+        Ok((batch, held))
     }
 
-    /// librdkafka reports fetch and broker trouble through `recv`; it retries by itself.
-    fn consumer_error(&self, error: &rdkafka::error::KafkaError) {
+    /// librdkafka reports fetch and broker trouble through `recv`, and retries by itself. A
+    /// fatal error (the group fenced this static member, or refused it for good) leaves the
+    /// client with nothing assigned and unusable: it is returned, so the process ends and is
+    /// restarted, instead of idling on as if healthy.
+    fn consumer_error(&self, error: &rdkafka::error::KafkaError) -> Result<(), Error> {
         Counters::add(&self.counters.kafka_errors, 1);
+        let fatal = self.consumer.client().fatal_error();
+        if fatal.is_some() || matches!(error, rdkafka::error::KafkaError::MessageConsumptionFatal(_)) {
+            let reason = fatal.map_or_else(|| error.to_string(), |(code, reason)| format!("{code:?}: {reason}"));
+            tracing::error!(owner = %self.owner, %reason, "kafka consumer fatal error");
+            return Err(Error::KafkaFatal { reason });
+        }
         if let Some(held_back) = self.errors.admit() {
             tracing::warn!(owner = %self.owner, %error, held_back, "kafka consumer error");
         }
+        Ok(())
     }
 
     /// Parses `batch` and starts writing it beside the loop. Copies of sagas already in flight
@@ -428,8 +442,11 @@ impl<D: Downstream> Pipeline<D> {
         self.scheduler.accept(Job { biz_id: saga.biz_id, order_no: saga.order_no, kind: JobKind::Claim });
     }
 
-    /// Pauses the assignment at `in_flight_max`, resumes it at `resume_below`, and re-pauses
-    /// partitions assigned while paused.
+    /// Pauses the assignment at `in_flight_max`, resumes it at `resume_below`, re-pauses
+    /// partitions assigned while paused, and resumes partitions assigned while not: librdkafka
+    /// keeps an application's pause on a partition across its revocation and reassignment (a
+    /// partition unassigned while paused and assigned again is not fetched until resumed), and
+    /// a resume covers only the assignment of its day.
     fn flow(&mut self) {
         let in_flight = self.scheduler.len() + self.pending_messages();
         let generation = self.consumer.context().generation();
@@ -444,8 +461,8 @@ impl<D: Downstream> Pipeline<D> {
             Counters::add(&self.counters.pauses, 1);
             tracing::info!(owner = %self.owner, in_flight, "in-flight limit reached; pausing partitions");
             self.apply(true);
-        } else if self.paused && moved {
-            self.apply(true);
+        } else if moved {
+            self.apply(self.paused);
         }
     }
 

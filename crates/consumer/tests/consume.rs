@@ -830,6 +830,106 @@ async fn static_restart(db: &TestDb) {
 }
 both_engines!(static_member_restart_keeps_the_assignment, static_restart);
 
+/// Partitions a paused consumer lost in a rebalance and got back later, after it had resumed
+/// what it held then, are fetched again: librdkafka keeps an application's pause on a
+/// partition across its revocation and reassignment, so resuming only the assignment of the
+/// day would leave them paused for good.
+#[tokio::test]
+async fn partitions_given_back_after_a_pause_are_consumed() {
+    let db = TestDb::fresh(midflight_store::testing::Engine::Sqlite).await.expect("sqlite");
+    // Locks slow enough (8 s) that the first consumer stays paused, its sixteen sagas waiting,
+    // for much longer than the second's join takes (about 2 s on the embedded cluster).
+    let options = MockOptions {
+        wms_faults: fault("LockStock", MethodFaults::with_latency(8_000, 8_000)),
+        ..MockOptions::default()
+    };
+    let harness = Harness::start(options).await;
+    let (mut wms, mut logistics) = harness.mocks.sections();
+    (wms.request_timeout_ms, logistics.request_timeout_ms) = (20_000, 20_000);
+    let patient = Downstreams::connect_lazy(&wms, &logistics).expect("loopback endpoints");
+    let start = |instance: &str| {
+        let mut config = harness.config("g", instance);
+        (config.consumer.in_flight_max, config.consumer.resume_below) = (16, 8);
+        (config.driver.rpc_timeout_ms, config.driver.lease_ms) = (20_000, 60_000);
+        let counters = Arc::new(Counters::default());
+        let shutdown = CancellationToken::new();
+        let run =
+            midflight_consumer::run_with(config, db.store.clone(), patient.clone(), counters.clone(), shutdown.clone());
+        Running { task: tokio::spawn(run), counters, shutdown }
+    };
+    let first = start("first");
+    harness.produce_events(&orders("B", 32)).await;
+    eventually("the first consumer holds every partition and has paused them", || async {
+        let s = first.snapshot();
+        if s.partitions_assigned == PARTITIONS as u64 && s.pauses > 0 { Ok(()) } else { Err(format!("{s:?}")) }
+    })
+    .await;
+    // A second member takes some partitions while the first has them paused.
+    let second = start("second");
+    eventually("partitions moved to the second consumer", || async {
+        let (a, b) = (first.snapshot(), second.snapshot());
+        if a.partitions_revoked > 0 && b.partitions_assigned > 0 {
+            Ok(())
+        } else {
+            Err(format!("first {a:?}\nsecond {b:?}"))
+        }
+    })
+    .await;
+    assert!(first.snapshot().in_flight >= 8, "still paused when its partitions moved: {:?}", first.snapshot());
+    harness.mocks.set_wms_faults(midflight_stack::Faults::default()).await;
+    eventually("the backlog DONE", || async {
+        let rows = statuses(&db.store).await;
+        if rows == BTreeMap::from([(Status::Done, 32)]) { Ok(()) } else { Err(format!("{rows:?}")) }
+    })
+    .await;
+    // The second leaves: its partitions go back to the first, which has resumed meanwhile.
+    second.stop().await;
+    eventually("the first consumer holds every partition again", || async {
+        let s = first.snapshot();
+        if s.partitions_assigned == PARTITIONS as u64 { Ok(()) } else { Err(format!("{s:?}")) }
+    })
+    .await;
+    harness.produce_events(&orders("A", 32)).await;
+    eventually("every order DONE, on every partition", || async {
+        let rows = statuses(&db.store).await;
+        if rows == BTreeMap::from([(Status::Done, 64)]) { Ok(()) } else { Err(format!("{rows:?}\n{}", first.report())) }
+    })
+    .await;
+    first.stop().await;
+    harness.assert_all_committed("g").await;
+}
+
+/// A fatal error of the client (here the group refusing the member for good on a KIP-848
+/// heartbeat, as it fences a static member whose id another process took) ends the run with
+/// an error, so the process is restarted, instead of idling on with nothing assigned.
+#[tokio::test]
+async fn a_fatal_group_error_ends_the_run() {
+    use rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED;
+    /// KIP-848's ConsumerGroupHeartbeat.
+    const CONSUMER_GROUP_HEARTBEAT: i16 = 68;
+
+    let db = TestDb::fresh(midflight_store::testing::Engine::Sqlite).await.expect("sqlite");
+    let harness = Harness::start(MockOptions::default()).await;
+    harness.kafka.set_consumer_protocol_session(6_000, 200);
+    let mut config = harness.config("g", "c1");
+    config.kafka.group_protocol = "consumer".to_owned();
+    config.kafka.properties.clear();
+    let consumer = harness.start_consumer(config, &db.store);
+    let first = orders("F", 4);
+    harness.produce_events(&first).await;
+    eventually("the orders DONE", || async {
+        let s = consumer.snapshot();
+        if s.done == 4 { Ok(()) } else { Err(consumer.report()) }
+    })
+    .await;
+    harness.kafka.fail_requests(CONSUMER_GROUP_HEARTBEAT, &[RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED; 4]);
+    let ended = tokio::time::timeout(WAIT, consumer.task).await.expect("the run ends").expect("consumer task");
+    match ended {
+        Err(Error::KafkaFatal { reason }) => assert!(reason.contains("GroupAuthorizationFailed"), "{reason}"),
+        other => panic!("expected a fatal Kafka error, got {other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn bad_config_is_refused_with_its_reason() {
     let db = TestDb::fresh(midflight_store::testing::Engine::Sqlite).await.expect("sqlite");

@@ -382,6 +382,24 @@ impl EmbeddedKafka {
         Ok(EmbeddedKafka { host, bootstrap: bootstrap_servers.to_owned() })
     }
 
+    /// Makes the cluster answer the next `errors.len()` requests of API `api_key` (a Kafka API
+    /// number, e.g. 68 for KIP-848's ConsumerGroupHeartbeat) with these errors, in order.
+    pub fn fail_requests(&self, api_key: i16, errors: &[rdkafka::types::RDKafkaRespErr]) {
+        with_mock_cluster(self.host.client(), |cluster| {
+            // SAFETY: `cluster` is the live mock cluster of the host client (see
+            // `with_mock_cluster`); the errors are copied under the cluster's own lock.
+            #[allow(unsafe_code)]
+            unsafe {
+                rdkafka::bindings::rd_kafka_mock_push_request_errors_array(
+                    cluster,
+                    api_key,
+                    errors.len(),
+                    errors.as_ptr(),
+                );
+            }
+        });
+    }
+
     fn not_hosted() -> KafkaError {
         KafkaError::ClientCreation("this client does not host the cluster".to_owned())
     }
