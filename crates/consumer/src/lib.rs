@@ -103,6 +103,7 @@ pub async fn run_with<D: Downstream>(
         stop.clone(),
     );
     let outbox_ready = Arc::new(Notify::new());
+    let producer_fatal = CancellationToken::new();
     let relay = config.consumer.relay.enabled.then(|| {
         let relay = relay::Relay {
             store: store.clone(),
@@ -112,6 +113,7 @@ pub async fn run_with<D: Downstream>(
             settings: config.consumer.relay.clone(),
             counters: counters.clone(),
             ready: outbox_ready.clone(),
+            fatal: producer_fatal.clone(),
         };
         tokio::spawn(relay.run(stop.clone()))
     });
@@ -132,6 +134,7 @@ pub async fn run_with<D: Downstream>(
         pending: std::collections::VecDeque::new(),
         broken: false,
         orphans: Vec::new(),
+        producer_fatal,
     };
     let result = pipeline.run(&shutdown).await;
     if let Err(error) = &result {

@@ -91,10 +91,14 @@ pub(crate) struct Pipeline<D> {
     pub broken: bool,
     /// Fresh rows of batches written after a broken one, whose leases shutdown releases.
     pub orphans: Vec<Saga>,
+    /// Cancelled by the relay when the producer (shared with the dead-letter copies) hit a
+    /// fatal error: nothing more can be published by this process.
+    pub producer_fatal: CancellationToken,
 }
 
 enum Event {
     Stop,
+    ProducerFatal,
     Written(Result<Option<Durable>, Error>),
     Ended(Ended),
     Message(KafkaResult<Incoming>),
@@ -176,12 +180,20 @@ impl<D: Downstream> Pipeline<D> {
             let event = tokio::select! {
                 biased;
                 () = shutdown.cancelled() => Event::Stop,
+                () = self.producer_fatal.cancelled() => Event::ProducerFatal,
                 written = oldest(&mut self.pending) => Event::Written(written),
                 Some(ended) = self.scheduler.join_next() => Event::Ended(ended),
                 message = recv(&self.consumer), if room => Event::Message(message),
             };
             match event {
                 Event::Stop => return Ok(()),
+                Event::ProducerFatal => {
+                    let reason = rdkafka::producer::Producer::client(&self.producer).fatal_error().map_or_else(
+                        || "the producer hit a fatal error".to_owned(),
+                        |(code, reason)| format!("producer: {code:?}: {reason}"),
+                    );
+                    return Err(Error::KafkaFatal { reason });
+                }
                 Event::Written(result) => {
                     if !self.written(result)? {
                         return Ok(());

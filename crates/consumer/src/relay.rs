@@ -89,6 +89,9 @@ pub(crate) struct Relay {
     pub counters: Arc<Counters>,
     /// Woken when this process finishes a saga DONE.
     pub ready: Arc<Notify>,
+    /// Cancelled here when the producer hit a fatal error (an idempotent producer that lost
+    /// its sequence with a broker): it publishes nothing more, so the process must restart.
+    pub fatal: CancellationToken,
 }
 
 impl Relay {
@@ -104,6 +107,13 @@ impl Relay {
                     Round::default()
                 }
             };
+            if round.failed > 0
+                && let Some((code, reason)) = rdkafka::producer::Producer::client(&self.producer).fatal_error()
+            {
+                tracing::error!(owner = %self.owner, ?code, %reason, "the producer hit a fatal error; the consumer stops");
+                self.fatal.cancel();
+                break;
+            }
             if let Some(wait) = backoff.after(round, Duration::from_millis(self.settings.idle_ms)) {
                 tokio::select! {
                     () = stop.cancelled() => {}

@@ -930,6 +930,43 @@ async fn a_fatal_group_error_ends_the_run() {
     }
 }
 
+/// A fatal error of the producer (an idempotent producer whose sequence a broker no longer
+/// agrees with) stops the relay, which can publish nothing more, and ends the run with an
+/// error, so the process is restarted; the outbox rows wait for it.
+#[tokio::test]
+async fn a_fatal_producer_error_ends_the_run() {
+    use rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER;
+    /// The Produce API.
+    const PRODUCE: i16 = 0;
+
+    let db = TestDb::fresh(midflight_store::testing::Engine::Sqlite).await.expect("sqlite");
+    // Locks slow enough that the notifications are produced after the fault is in place.
+    let options =
+        MockOptions { wms_faults: fault("LockStock", MethodFaults::with_latency(500, 600)), ..MockOptions::default() };
+    let harness = Harness::start(options).await;
+    let consumer = harness.start_consumer(harness.config("g", "c1"), &db.store);
+    let events = orders("N", 4);
+    harness.produce_events(&events).await;
+    eventually("the orders received", || async {
+        let s = consumer.snapshot();
+        if s.fresh == 4 { Ok(()) } else { Err(consumer.report()) }
+    })
+    .await;
+    harness.kafka.fail_requests(PRODUCE, &[RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER; 4]);
+    let Running { task, counters, .. } = consumer;
+    let ended = tokio::time::timeout(WAIT, task).await.expect("the run ends").expect("consumer task");
+    match ended {
+        Err(Error::KafkaFatal { reason }) => assert!(reason.starts_with("producer"), "{reason}"),
+        other => panic!("expected a fatal Kafka error of the producer, got {other:?}"),
+    }
+    // Nothing is lost: the sagas are DONE, and the notifications not published wait in the
+    // outbox for the next process.
+    assert_eq!(statuses(&db.store).await, BTreeMap::from([(Status::Done, 4)]));
+    let published = counters.snapshot().published;
+    assert!(published < 4, "the fault came before the notifications: {:?}", counters.snapshot());
+    assert_eq!(db.store.outbox_pending().await.expect("outbox"), 4 - published);
+}
+
 #[tokio::test]
 async fn bad_config_is_refused_with_its_reason() {
     let db = TestDb::fresh(midflight_store::testing::Engine::Sqlite).await.expect("sqlite");
