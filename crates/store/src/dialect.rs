@@ -6,7 +6,8 @@ use sea_orm::DbBackend;
 /// Leases are compared against this inside the statements, never against a worker's clock.
 pub fn now_ms(backend: DbBackend) -> &'static str {
     match backend {
-        // The session time zone is UTC (sqlx sets +00:00), so there is no DST ambiguity.
+        // The session time zone is UTC (`Store::connect` sets +00:00 whatever the URL says), so
+        // there is no DST ambiguity.
         DbBackend::MySql => "CAST(UNIX_TIMESTAMP(CURRENT_TIMESTAMP(3)) * 1000 AS SIGNED)",
         _ => "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
     }

@@ -4,7 +4,9 @@
 //! is fewer than the user's peak needs.
 //!
 //! What does not change for a saga: its write is still one compare-and-set naming its version
-//! and lease epoch, and that UPDATE's own rows affected decides `Applied` or `Conflict`; its
+//! and lease epoch (fused with the others of its chunk into one UPDATE, whose rows affected,
+//! against the chunk's size, decide `Applied` for all or a conflict for some, which then
+//! decide one by one); its
 //! log rows, business row, outbox row and ticket are written only if it applied, in the same
 //! transaction. A group the database rolls back on its own (a deadlock with another group, a
 //! lock wait timeout, SQLite busy) is tried again as a whole, a few times; any other failure

@@ -10,7 +10,8 @@
 //!   expired and whose retry is due, and bumps both. An operator's write (sagactl) names the
 //!   version only, and bumps it. Zero rows affected is [`Cas::Conflict`], an ordinary outcome, not
 //!   an error: the caller lost ownership (or the claim) and must stop. No `SELECT ... FOR UPDATE`
-//!   anywhere.
+//!   on a saga's path: the one locking read is the purge's (`FOR UPDATE SKIP LOCKED` on MySQL,
+//!   over finished sagas, inside its own short delete transaction).
 //! - Leases are compared against the database clock inside the statements; a worker's clock
 //!   never decides whether a lease is live.
 //! - The transition-log row, and any business, outbox or ticket row, is written in the same
@@ -54,6 +55,9 @@ use sea_orm_migration::MigratorTrait;
 pub use budget::ConnectionBudget;
 pub use checkpoint::{Checkpoint, FinishedPage};
 pub use error::Error;
+/// The session time zone of every MySQL connection.
+const MYSQL_SESSION_TIME_ZONE: &str = "+00:00";
+
 pub use finding::{FindingTicket, LOGISTICS_LEDGER_STEP, TicketOutcome, WMS_LEDGER_STEP};
 pub use inbox::{Arrival, Received};
 pub use lookup::{LedgerView, ViewPage};
@@ -120,7 +124,14 @@ impl Store {
             .test_before_acquire(false)
             .test_before_acquire_if_idle_for(Duration::from_millis(midflight_config::PING_AFTER_IDLE_MS))
             .sqlx_logging(false)
-            .map_sqlx_mysql_opts(|options| options.statement_cache_capacity(dialect::STATEMENT_CACHE))
+            // The database clock (`dialect::now_ms`) reads the session's time as UTC: a zone
+            // named in the URL (`?timezone=...`) is overridden, since in one with daylight
+            // saving the hour that repeats would move leases and stamps by an hour.
+            .map_sqlx_mysql_opts(|options| {
+                options
+                    .statement_cache_capacity(dialect::STATEMENT_CACHE)
+                    .timezone(Some(MYSQL_SESSION_TIME_ZONE.to_owned()))
+            })
             .map_sqlx_mysql_pool_opts(session_settings(section))
             .map_sqlx_sqlite_opts(|options| {
                 options

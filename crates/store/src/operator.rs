@@ -121,11 +121,20 @@ impl Store {
             fit(&format!("operator: {note}"), 512).into(),
         ];
         txn.execute_raw(Statement::from_sql_and_values(self.backend, log, values)).await.during("log resolve", some)?;
+        // The saga's review tickets only: a reconciliation finding under the same key (a
+        // double effect the ledgers show) is closed by `close_ticket`, by a person who looked
+        // at it, and a finding once resolved is never opened again.
         let close = format!(
             "UPDATE manual_ticket SET state = 'RESOLVED', resolved_by = ?, resolved_at_ms = {now}, resolution = ? \
-             WHERE biz_id = ? AND state = 'OPEN'"
+             WHERE biz_id = ? AND state = 'OPEN' AND step NOT IN (?, ?)"
         );
-        let values: Vec<Value> = vec![fit(operator, 160).into(), fit(note, 1024).into(), biz_id.into()];
+        let values: Vec<Value> = vec![
+            fit(operator, 160).into(),
+            fit(note, 1024).into(),
+            biz_id.into(),
+            crate::WMS_LEDGER_STEP.into(),
+            crate::LOGISTICS_LEDGER_STEP.into(),
+        ];
         txn.execute_raw(Statement::from_sql_and_values(self.backend, close, values))
             .await
             .during("resolve tickets", some)?;

@@ -45,6 +45,9 @@ pub struct Ticket {
     pub resolution: Option<String>,
 }
 
+/// Transition-log rows a review ticket's evidence keeps: the latest ones.
+const EVIDENCE_TRANSITIONS_MAX: u64 = 200;
+
 impl Store {
     /// Opens the ticket, or reopens a resolved one for the same (biz_id, step); an open one is
     /// left as it is, so a retry that reaches the same decision does not open a second ticket.
@@ -56,13 +59,16 @@ impl Store {
         actor: &str,
     ) -> Result<(), Error> {
         let some = Some(saga.biz_id.as_str());
-        let log = saga_transition::Entity::find()
+        // The latest rows, which say how the saga came to need a person; a long history (a
+        // takeover at every released try) keeps its start out, not its end.
+        let mut log = saga_transition::Entity::find()
             .filter(saga_transition::Column::BizId.eq(saga.biz_id.clone()))
-            .order_by_asc(saga_transition::Column::Version)
-            .limit(200)
+            .order_by_desc(saga_transition::Column::Version)
+            .limit(EVIDENCE_TRANSITIONS_MAX)
             .all(txn)
             .await
             .during("read transition log for ticket", some)?;
+        log.reverse();
         let (request_id, voucher) = match draft.step {
             midflight_model::Step::Wms => (&saga.wms_request_id, &saga.wms_voucher),
             midflight_model::Step::Logistics => (&saga.logistics_request_id, &saga.logistics_voucher),

@@ -852,6 +852,73 @@ async fn to_review(store: &Store, saga: &Saga) -> Saga {
     store.write(saga, &change, now, LEASE_MS, "test").await.expect("write").applied().expect("applied")
 }
 
+/// Resolving a saga closes its review tickets, not a reconciliation finding under the same
+/// key: that one waits for a person to close it (and, once closed, is never opened again).
+async fn resolve_leaves_findings_open(db: &TestDb) {
+    let store = &db.store;
+    let review = to_review(store, &arrive(store, received(store, "O-9", 1).await, "c1", LEASE_MS).await).await;
+    let finding = midflight_store::FindingTicket {
+        key: review.biz_id.clone(),
+        step: midflight_store::WMS_LEDGER_STEP,
+        reason: "two locks in force".into(),
+        fingerprint: "double_effect:L1,L2".into(),
+        evidence: serde_json::json!({}),
+    };
+    let opened = store.open_finding_ticket(&finding, "recovery:r1").await.expect("open finding");
+    assert_eq!(opened, midflight_store::TicketOutcome::Opened);
+    let closed = store.resolve(&review.biz_id, review.version, Status::RolledBack, None, "bob", "undone by hand").await;
+    assert_eq!(closed.expect("resolve").applied().map(|s| s.status), Some(Status::RolledBack));
+    let states: Vec<(String, TicketState)> =
+        store.tickets_of(&review.biz_id).await.expect("tickets").into_iter().map(|t| (t.step, t.state)).collect();
+    assert!(states.contains(&("WMS".to_owned(), TicketState::Resolved)), "{states:?}");
+    assert!(states.contains(&(midflight_store::WMS_LEDGER_STEP.to_owned(), TicketState::Open)), "{states:?}");
+    let again = store.open_finding_ticket(&finding, "recovery:r1").await.expect("open again");
+    assert_eq!(again, midflight_store::TicketOutcome::AlreadyOpen);
+}
+both_engines!(resolving_a_saga_leaves_its_findings_open, resolve_leaves_findings_open);
+
+/// A review ticket's evidence keeps the latest 200 rows of a long log, ending with the one
+/// that sent the saga to a person.
+async fn ticket_evidence_keeps_the_latest_log(db: &TestDb) {
+    let store = &db.store;
+    let saga = arrive(store, received(store, "O-10", 1).await, "c1", LEASE_MS).await;
+    // A long history before it: 250 older rows (versions below the saga's own).
+    for version in -250..0 {
+        midflight_store::testing::execute(
+            store,
+            &format!(
+                "INSERT INTO saga_transition (biz_id, version, from_status, to_status, lease_epoch, actor, reason, at_ms) \
+                 VALUES ('{}', {version}, 'WMS_REQUESTED', 'WMS_REQUESTED', 1, 'test', 'old', 0)",
+                saga.biz_id
+            ),
+        )
+        .await;
+    }
+    let review = to_review(store, &saga).await;
+    let tickets = store.tickets_of(&review.biz_id).await.expect("tickets");
+    let transitions = tickets[0].evidence["transitions"].as_array().expect("transitions").clone();
+    assert_eq!(transitions.len(), 200);
+    let last = transitions.last().expect("a row");
+    assert_eq!(last["to_status"], "MANUAL_REVIEW", "{last}");
+    assert_eq!(last["version"].as_i64(), Some(review.version as i64), "{last}");
+}
+both_engines!(a_review_tickets_evidence_keeps_the_latest_log, ticket_evidence_keeps_the_latest_log);
+
+/// A time zone named in the URL does not reach the session: the database clock reads its time
+/// as UTC, and a zone with daylight saving would move it by an hour once a year.
+#[tokio::test]
+async fn the_mysql_session_runs_in_utc_whatever_the_url_says() {
+    let Some(db) = TestDb::fresh(Engine::MySql).await else { return };
+    let section = midflight_config::DatabaseSection {
+        url: format!("{}?timezone=%2B05:00", db.url),
+        ..midflight_config::DatabaseSection::default()
+    };
+    let store = Store::connect(&section).await.expect("connect");
+    let zone = Statement::from_string(DbBackend::MySql, "SELECT @@session.time_zone AS zone");
+    let row = store.connection().query_one_raw(zone).await.expect("query").expect("a row");
+    assert_eq!(row.try_get::<String>("", "zone").expect("zone"), "+00:00");
+}
+
 /// A saga of another event of `order_no` at `offset`.
 async fn later_event(store: &Store, order_no: &str, event_type: &str, offset: i64) -> Saga {
     let now = store.now_ms().await.expect("clock");
