@@ -397,9 +397,10 @@ impl Store {
         for &(saga, member) in rows {
             let opened = member.map(|member| &member.next);
             let leased = saga.status == Status::Received;
-            let lease = if leased { format!("{now} + ?") } else { "0".to_owned() };
+            // One text for leased and parked rows alike (a parked row's lease is 0), so where a
+            // poison message sits in a batch does not make a statement of its own.
             templates.push(format!(
-                "({}, {lease}, {})",
+                "({}, CASE WHEN ? THEN {now} + ? ELSE 0 END, {})",
                 dialect::placeholders(COLUMNS_BEFORE_LEASE),
                 dialect::placeholders(COLUMNS_AFTER_LEASE)
             ));
@@ -426,9 +427,8 @@ impl Store {
                 leased.then(|| owner.to_owned()).into(),
                 i64::from(leased).into(),
             ]);
-            if leased {
-                values.push(member.map_or(lease_ms, Member::lease_ms).into());
-            }
+            values.push(leased.into());
+            values.push(if leased { member.map_or(lease_ms, Member::lease_ms) } else { 0 }.into());
             values.extend([
                 saga.trace_context.clone().into(),
                 saga.created_at_ms.into(),
@@ -539,4 +539,48 @@ fn fresh_row(stored: &Saga, owner: &str) -> bool {
 /// A padded inbox row's weight: its payload's length (the padding repeats the lightest row).
 fn shortest<T>(row: &(&Saga, T)) -> usize {
     row.0.payload.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use midflight_model::{Saga, Source, Status};
+
+    use crate::testing::{TestDb, order_event};
+
+    /// Where a parked row sits in a batch does not change the inbox statements' text (each
+    /// text is a statement prepared on every connection), and a parked row gets no lease.
+    async fn parked_rows_keep_the_statement_shape(db: &TestDb) {
+        let store = &db.store;
+        let now = store.now_ms().await.expect("clock");
+        let batch = |parked_at: usize, prefix: &str| -> Vec<Saga> {
+            (0..4_i64)
+                .map(|n| {
+                    let source = Source { topic: "orders".into(), partition: 0, offset: n };
+                    let mut saga = Saga::received(&order_event(&format!("{prefix}-{n}")), source, now, now + 600_000);
+                    if n as usize == parked_at {
+                        saga.status = Status::Parked;
+                        saga.last_error = Some("poison".into());
+                    }
+                    saga
+                })
+                .collect()
+        };
+        let (first, second) = (batch(0, "A"), batch(2, "B"));
+        let rows_a: Vec<_> = first.iter().map(|saga| (saga, None)).collect();
+        let rows_b: Vec<_> = second.iter().map(|saga| (saga, None)).collect();
+        let (insert_a, log_a) = store.arrival_statements(&rows_a, "c1", 60_000, "consumer:c1");
+        let (insert_b, log_b) = store.arrival_statements(&rows_b, "c1", 60_000, "consumer:c1");
+        assert_eq!(insert_a.sql, insert_b.sql);
+        assert_eq!(log_a.sql, log_b.sql);
+        store.insert_arrivals(&second, "c1", 60_000, "consumer:c1").await.expect("insert");
+        for saga in &second {
+            let row = store.get(&saga.biz_id).await.expect("get").expect("row");
+            if saga.status == Status::Parked {
+                assert_eq!((row.status, row.lease.until_ms, row.lease.owner_id.as_deref()), (Status::Parked, 0, None));
+            } else {
+                assert!(row.lease.until_ms > now + 59_000, "leased for a minute: {row:?}");
+            }
+        }
+    }
+    crate::both_engines!(parked_rows_keep_the_inbox_statements_shape, parked_rows_keep_the_statement_shape);
 }
