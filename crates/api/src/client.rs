@@ -154,7 +154,7 @@ impl Downstreams {
     }
 
     async fn lock_stock(&self, saga: &Saga, timeout: Duration) -> Result<WmsAnswer, Status> {
-        let order = saga.order().map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let order = saga.order().map_err(unsendable)?;
         let message = wms::LockStockRequest {
             request_id: saga.request_id(Step::Wms),
             order_no: saga.order_no.clone(),
@@ -198,7 +198,7 @@ impl Downstreams {
     }
 
     async fn create_shipment(&self, saga: &Saga, timeout: Duration) -> Result<LogisticsAnswer, Status> {
-        let order = saga.order().map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let order = saga.order().map_err(unsendable)?;
         let message = lgx::CreateShipmentRequest {
             request_id: saga.request_id(Step::Logistics),
             order_no: saga.order_no.clone(),
@@ -430,6 +430,14 @@ fn describe(status: &Status) -> String {
     format!("{:?}: {}", status.code(), status.message())
 }
 
+/// A stored order this process cannot turn into a request (a newer release validating more
+/// strictly than the one that stored it). Nothing was sent, and no downstream refused it, so it
+/// is no rejection, which would roll the saga back while an earlier send may have applied: it
+/// fails like an unreachable downstream, and a person gets it once the attempts run out.
+fn unsendable(error: impl std::fmt::Display) -> Status {
+    Status::internal(format!("the stored order cannot be sent: {error}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -439,6 +447,35 @@ mod tests {
             state: lgx::ShipmentState::Created.into(),
             tracking_no: tracking_no.to_owned(),
             ..lgx::ShipmentResponse::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn an_order_that_cannot_be_sent_is_no_rejection() {
+        let nowhere = GrpcClientSection::with_endpoint("http://127.0.0.1:1");
+        let client = Downstreams::connect_lazy(&nowhere, &nowhere).expect("client");
+        let source = midflight_model::Source { topic: "orders".into(), partition: 0, offset: 0 };
+        let order = midflight_model::OrderEvent {
+            order_no: "O-1".into(),
+            event_type: "PAID".into(),
+            lines: vec![midflight_model::Line { sku: "SKU-1".into(), quantity: 1 }],
+            address: midflight_model::Address {
+                region: "CN-ZJ".into(),
+                city: "Hangzhou".into(),
+                line: "1 West Lake Rd".into(),
+                postal_code: String::new(),
+            },
+            amount_cents: 100,
+        };
+        let mut saga = Saga::received(&order, source, 0, i64::MAX);
+        saga.payload = "{}".into();
+        for call in [Call::LockStock, Call::CreateShipment] {
+            match client.call(call, &saga, Duration::from_secs(1)).await {
+                Observation::Unreachable { error, .. } => {
+                    assert!(error.contains("the stored order cannot be sent"), "{call:?}: {error}");
+                }
+                other => panic!("{call:?}: {other:?}"),
+            }
         }
     }
 

@@ -283,7 +283,7 @@ impl Config for ConsumerConfig {
         problems.extend(self.driver.problems("driver"));
         problems.extend(self.rules.wms.problems("rules.wms"));
         problems.extend(self.rules.logistics.problems("rules.logistics"));
-        problems.extend(retry_problems(&self.rules, "rules.retry"));
+        problems.extend(self.rules.retry.problems("rules.retry"));
         for key in self.kafka.properties.keys().filter(|key| PRODUCER_FIXED.contains(&key.as_str())) {
             problems.push(format!(
                 "kafka.properties.{key} may not be set for the consumer: its producer delivers dead-letter copies and notifications idempotently, to every in-sync replica, within consumer.delivery_timeout_ms (set that instead of a timeout)"
@@ -304,19 +304,6 @@ impl ServiceConfig for ConsumerConfig {
     fn runtime(&self) -> &RuntimeSection {
         &self.runtime
     }
-}
-
-/// The retry policy has no `problems` of its own yet; these are the values that would break it.
-fn retry_problems(rules: &Rules, at: &str) -> Vec<String> {
-    let retry = &rules.retry;
-    let mut problems = Vec::new();
-    if retry.backoff_base_ms <= 0 || retry.backoff_max_ms < retry.backoff_base_ms {
-        problems.push(format!("{at}: need 0 < backoff_base_ms <= backoff_max_ms"));
-    }
-    if retry.attempts_max == 0 {
-        problems.push(format!("{at}.attempts_max must be positive"));
-    }
-    problems
 }
 
 #[cfg(test)]

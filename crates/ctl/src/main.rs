@@ -98,7 +98,11 @@ enum Command {
     Retry {
         biz_id: String,
         /// The intent state to resume from: WMS_REQUESTED, LOGISTICS_REQUESTED, WMS_REVERSING or
-        /// LOGISTICS_CANCELLING. The downstream is asked about our request id; nothing is resent blindly.
+        /// LOGISTICS_CANCELLING. Automation goes on as after any intent, its clock read at the
+        /// retry: a downstream that can be queried is asked about our request id first; one that
+        /// cannot but deduplicates is sent the step again under the same request id. For such a
+        /// downstream check by hand that the first request did not apply (or is still within its
+        /// deduplication window) before retrying; reversals are idempotent on our id.
         #[arg(long, value_parser = parse_retry)]
         from: Status,
         #[command(flatten)]

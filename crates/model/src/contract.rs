@@ -28,6 +28,11 @@ pub struct Contract {
     pub tombstones: bool,
 }
 
+/// Longest `in_flight_window_ms`: a day.
+pub const IN_FLIGHT_WINDOW_MS_MAX: i64 = 86_400_000;
+/// Longest `backoff_max_ms`: an hour.
+pub const BACKOFF_MS_MAX: i64 = 3_600_000;
+
 impl Contract {
     /// The careful downstream docs/design.md asks for (and the mocks implement).
     pub const CAREFUL: Contract = Contract {
@@ -48,9 +53,15 @@ impl Contract {
         tombstones: false,
     };
 
-    /// Whether a resend with the same request id, now, is absorbed by the downstream.
+    /// Whether a resend with the same request id, sent now, is absorbed by the downstream
+    /// whichever of the two requests it sees first. The first may land up to the in-flight
+    /// window after its intent, and the resend up to that window after now, and the downstream
+    /// counts its deduplication window from the first it sees: so the resend is safe only while
+    /// now plus the in-flight window is within the deduplication window of the intent (a
+    /// window no longer than the in-flight window never makes a resend safe).
     pub fn deduplicates(&self, intent_at_ms: i64, now_ms: i64) -> bool {
-        self.idempotent_for_ms.is_some_and(|window| now_ms < intent_at_ms.saturating_add(window))
+        self.idempotent_for_ms
+            .is_some_and(|window| now_ms.saturating_add(self.in_flight_window_ms) < intent_at_ms.saturating_add(window))
     }
 
     /// Whether an effect applied at `applied_at_ms` can still be reversed at `now_ms`.
@@ -65,11 +76,23 @@ impl Contract {
 
     pub fn problems(&self, at: &str) -> Vec<String> {
         let mut problems = Vec::new();
-        if self.in_flight_window_ms <= 0 {
-            problems.push(format!("{at}.in_flight_window_ms must be positive"));
+        let window_fits = (1..=IN_FLIGHT_WINDOW_MS_MAX).contains(&self.in_flight_window_ms);
+        if !window_fits {
+            // A saga waiting out the window is not looked at again before it ends.
+            problems.push(format!("{at}.in_flight_window_ms must be in 1..={IN_FLIGHT_WINDOW_MS_MAX} (a day)"));
         }
         if self.idempotent_for_ms.is_some_and(|w| w < 0) || self.reversible_for_ms.is_some_and(|w| w < 0) {
             problems.push(format!("{at}: idempotent_for_ms and reversible_for_ms must be 0 (never) or positive"));
+        }
+        if let Some(window) = self.idempotent_for_ms
+            && window_fits
+            && window > 0
+            && window <= self.in_flight_window_ms
+        {
+            problems.push(format!(
+                "{at}.idempotent_for_ms ({window}) must be 0 (never) or longer than in_flight_window_ms ({}): a request may land that long after it is sent, so a shorter deduplication window never makes a resend safe",
+                self.in_flight_window_ms
+            ));
         }
         problems
     }
@@ -100,6 +123,20 @@ impl RetryPolicy {
             h.rotate_left(5) ^ u64::from(b).wrapping_mul(0x100_0000_01b3)
         });
         raw - spread + (hash % (spread as u64 + 1)) as i64
+    }
+
+    pub fn problems(&self, at: &str) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.backoff_base_ms <= 0 || self.backoff_max_ms < self.backoff_base_ms {
+            problems.push(format!("{at}: need 0 < backoff_base_ms <= backoff_max_ms"));
+        }
+        if self.backoff_max_ms > BACKOFF_MS_MAX {
+            problems.push(format!("{at}.backoff_max_ms must be at most {BACKOFF_MS_MAX} (an hour)"));
+        }
+        if self.attempts_max == 0 {
+            problems.push(format!("{at}.attempts_max must be positive"));
+        }
+        problems
     }
 }
 
@@ -153,5 +190,33 @@ mod tests {
             negative.problems("rules.wms"),
             ["rules.wms: idempotent_for_ms and reversible_for_ms must be 0 (never) or positive"]
         );
+    }
+
+    #[test]
+    fn a_resend_is_absorbed_only_if_both_requests_fall_in_the_window() {
+        // Deduplicates for 100 s, requests land within 60 s of being sent.
+        let contract = Contract { idempotent_for_ms: Some(100_000), ..Contract::CAREFUL };
+        assert!(contract.problems("rules.wms").is_empty());
+        assert!(contract.deduplicates(0, 39_999));
+        // Sent at 40 s, the resend may land at 100 s, when the first (landed at 0) is forgotten.
+        assert!(!contract.deduplicates(0, 40_000));
+        // Forever stays forever, and never stays never.
+        assert!(Contract::CAREFUL.deduplicates(0, i64::MAX / 2));
+        assert!(!Contract::LEGACY.deduplicates(0, 0));
+        // A window no longer than the in-flight window is refused: it never makes a resend safe.
+        let short = Contract { idempotent_for_ms: Some(60_000), ..Contract::CAREFUL };
+        assert!(!short.deduplicates(0, 0));
+        assert_eq!(short.problems("rules.wms").len(), 1, "{:?}", short.problems("rules.wms"));
+        let endless = Contract { in_flight_window_ms: i64::MAX, ..Contract::CAREFUL };
+        assert_eq!(endless.problems("rules.wms"), ["rules.wms.in_flight_window_ms must be in 1..=86400000 (a day)"]);
+    }
+
+    #[test]
+    fn the_retry_policy_is_bounded() {
+        assert!(RetryPolicy::default().problems("rules.retry").is_empty());
+        let huge = RetryPolicy { backoff_max_ms: i64::MAX, ..RetryPolicy::default() };
+        assert_eq!(huge.problems("rules.retry"), ["rules.retry.backoff_max_ms must be at most 3600000 (an hour)"]);
+        let none = RetryPolicy { attempts_max: 0, backoff_base_ms: 0, ..RetryPolicy::default() };
+        assert_eq!(none.problems("rules.retry").len(), 2);
     }
 }

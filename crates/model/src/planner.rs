@@ -149,7 +149,7 @@ impl Ctx<'_> {
                 | LogisticsAnswer::Tombstoned
                 | LogisticsAnswer::NothingToCancel
                 | LogisticsAnswer::Rejected { .. },
-            ) => write(Change::to(&[WmsReversing], "no live shipment"), Some(Call::ReverseLock)),
+            ) => self.compensate_wms("no live shipment"),
             // The late request landed and was picked up before our cancel: past the point of
             // no return, so finish the order instead of undoing it.
             Observation::Logistics(
@@ -230,6 +230,16 @@ impl Ctx<'_> {
             let change = Change { restart_intent_clock: true, ..Change::default() };
             return write(Change { reason: "in-flight window passed; resending".into(), ..change }, Some(send(step)));
         }
+        // Each wait counts as a failed attempt: a downstream that answers not found to every
+        // send as well (an unknown SKU it reports so) would otherwise be sent one a window for ever.
+        let attempts = self.saga.attempts.saturating_add(1);
+        if attempts >= self.rules.retry.attempts_max {
+            return self.ticket(
+                step,
+                &format!("not found after {attempts} tries, each waiting out the in-flight window; ask the downstream"),
+                &Observation::Nothing,
+            );
+        }
         let failure =
             Failure { error: "not found; waiting out the in-flight window".into(), retry_at_ms: in_flight_until };
         write(Change { failure: Some(failure), release_lease: true, ..Change::default() }, None)
@@ -289,7 +299,8 @@ impl Ctx<'_> {
                 &Observation::Unreachable { step, error: error.to_owned() },
             );
         }
-        let retry_at_ms = self.now_ms + self.rules.retry.backoff_ms(self.saga.attempts, &self.saga.biz_id);
+        let retry_at_ms =
+            self.now_ms.saturating_add(self.rules.retry.backoff_ms(self.saga.attempts, &self.saga.biz_id));
         let failure =
             Failure { error: format!("{} unreachable: {error}", step.as_str().to_ascii_lowercase()), retry_at_ms };
         write(Change { failure: Some(failure), release_lease: true, ..Change::default() }, None)

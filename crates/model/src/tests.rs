@@ -191,6 +191,46 @@ fn check_plan(saga: &Saga, observation: Observation, now: i64, rules: &Rules, ex
 }
 
 #[test]
+fn a_finite_deduplication_window_resends_only_while_both_requests_fall_in_it() {
+    // Deduplicates for 100 s; a request may land 60 s after it is sent. The saga's intent clock
+    // reads NOW - 1 s (saga_in).
+    let wms = Contract { idempotent_for_ms: Some(100_000), ..Contract::CAREFUL };
+    let rules = Rules { wms, ..Rules::default() };
+    let saga = saga_in(Status::WmsRequested);
+    let not_found = || Observation::Wms(WmsAnswer::NotFound);
+    // Sent now, the resend lands by NOW + 59 s, within the window the first opened.
+    check_plan(&saga, not_found(), NOW, &rules, expect!["call LockStock"]);
+    // Sent 40 s in, it may land when the first (landed at once) is forgotten: wait the first out.
+    check_plan(&saga, not_found(), NOW + 40_000, &rules, expect!["write +release +retry-in:59000ms"]);
+    let non_queryable = Rules { wms: Contract { queryable: false, ..wms }, ..Rules::default() };
+    check_plan(
+        &saga,
+        Observation::Nothing,
+        NOW + 40_000,
+        &non_queryable,
+        expect!["write -> MANUAL_REVIEW +ticket:WMS"],
+    );
+}
+
+#[test]
+fn waiting_out_the_window_counts_toward_a_ticket() {
+    // A downstream that answers not found to the query and to every send alike.
+    let wms = Contract { idempotent_for_ms: None, ..Contract::CAREFUL };
+    let rules = Rules { wms, ..Rules::default() };
+    let mut saga = saga_in(Status::WmsRequested);
+    saga.attempts = rules.retry.attempts_max - 2;
+    check_plan(&saga, Observation::Wms(WmsAnswer::NotFound), NOW, &rules, expect!["write +release +retry-in:59000ms"]);
+    saga.attempts = rules.retry.attempts_max - 1;
+    check_plan(
+        &saga,
+        Observation::Wms(WmsAnswer::NotFound),
+        NOW,
+        &rules,
+        expect!["write -> MANUAL_REVIEW +ticket:WMS"],
+    );
+}
+
+#[test]
 fn no_tombstone_means_no_rollback_of_an_unknown_outcome() {
     // Without a tombstone a late request could land after the rollback: keep going forward.
     let rules = Rules { wms: Contract { tombstones: false, ..Contract::CAREFUL }, ..Rules::default() };

@@ -301,19 +301,6 @@ impl ReconcileSection {
     }
 }
 
-/// Checks the retry policy the planner reads (the model crate states no rules for it).
-fn retry_problems(rules: &Rules, at: &str) -> Vec<String> {
-    let retry = &rules.retry;
-    let mut problems = Vec::new();
-    if retry.backoff_base_ms <= 0 || retry.backoff_max_ms < retry.backoff_base_ms {
-        problems.push(format!("{at}: backoff_base_ms must be positive and at most backoff_max_ms"));
-    }
-    if retry.attempts_max == 0 {
-        problems.push(format!("{at}.attempts_max must be positive"));
-    }
-    problems
-}
-
 impl Config for RecoveryConfig {
     fn problems(&self) -> Vec<String> {
         let mut problems = self.database.problems("database");
@@ -324,7 +311,7 @@ impl Config for RecoveryConfig {
         problems.extend(self.driver.problems("driver"));
         problems.extend(self.rules.wms.problems("rules.wms"));
         problems.extend(self.rules.logistics.problems("rules.logistics"));
-        problems.extend(retry_problems(&self.rules, "rules.retry"));
+        problems.extend(self.rules.retry.problems("rules.retry"));
         problems.extend(self.recovery.problems("recovery"));
         problems.extend(self.reconcile.problems("reconcile"));
         problems.extend(self.purge.problems("purge"));
