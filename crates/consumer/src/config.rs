@@ -281,6 +281,14 @@ impl Config for ConsumerConfig {
         problems.extend(self.telemetry.problems("telemetry"));
         problems.extend(self.runtime.problems("runtime"));
         problems.extend(self.driver.problems("driver"));
+        // A drive mid-call at shutdown reaches its next durable point within a call's deadline;
+        // a shorter wait aborts it holding its lease, which then runs out for the next owner.
+        if self.consumer.shutdown_deadline_ms <= self.driver.rpc_timeout_ms {
+            problems.push(format!(
+                "consumer.shutdown_deadline_ms ({}) must be longer than driver.rpc_timeout_ms ({}): a drive in the middle of a call would be abandoned with its lease",
+                self.consumer.shutdown_deadline_ms, self.driver.rpc_timeout_ms
+            ));
+        }
         problems.extend(self.rules.wms.problems("rules.wms"));
         problems.extend(self.rules.logistics.problems("rules.logistics"));
         problems.extend(self.rules.retry.problems("rules.retry"));
@@ -313,6 +321,18 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         assert_eq!(ConsumerConfig::default().problems(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn the_shutdown_waits_longer_than_a_call() {
+        let mut config = ConsumerConfig::default();
+        (config.driver.rpc_timeout_ms, config.driver.lease_ms) = (20_000, 60_000);
+        assert_eq!(
+            config.problems(),
+            [
+                "consumer.shutdown_deadline_ms (10000) must be longer than driver.rpc_timeout_ms (20000): a drive in the middle of a call would be abandoned with its lease"
+            ]
+        );
     }
 
     #[test]

@@ -29,6 +29,17 @@ pub use settings::DriverSettings;
 /// treated like no answer (counted, backed off, eventually a ticket).
 const CALLS_WITHOUT_WRITE_MAX: u32 = 4;
 
+/// What a takeover came to.
+#[derive(Debug)]
+pub enum Takeover {
+    /// Someone else holds the saga or took it first.
+    Lost,
+    /// The claim's statement failed: nothing was taken over.
+    ClaimFailed(midflight_store::Error),
+    /// Claimed, and driven to this outcome.
+    Drove(Outcome),
+}
+
 /// How a drive ended.
 #[derive(Debug)]
 pub enum Outcome {
@@ -131,18 +142,31 @@ impl<D: Downstream> Driver<D> {
 
     /// Takes over an abandoned saga and drives it; `None` if someone else won the claim.
     pub async fn claim_and_drive(&self, biz_id: &str) -> Option<Outcome> {
+        match self.take_over(biz_id).await {
+            Takeover::Lost => None,
+            Takeover::ClaimFailed(error) => Some(Outcome::Failed(error)),
+            Takeover::Drove(outcome) => Some(outcome),
+        }
+    }
+
+    /// [`Driver::claim_and_drive`], telling a claim whose statement failed from a drive that did.
+    pub async fn take_over(&self, biz_id: &str) -> Takeover {
         let started = Instant::now();
         match self.store.claim(biz_id, &self.owner, self.settings.lease_ms, &self.actor).await {
             Ok(Cas::Applied(saga)) => {
                 tracing::info!(biz_id, status = %saga.status, epoch = saga.lease.epoch, "saga taken over");
                 telemetry::takeover(&self.actor);
-                Some(self.drive(saga, started).await)
+                Takeover::Drove(self.drive(saga, started).await)
             }
             Ok(Cas::Conflict) => {
                 telemetry::conflict(&self.actor, "claim");
-                None
+                Takeover::Lost
             }
-            Err(error) => Some(Outcome::Failed(error)),
+            Err(error) => {
+                tracing::warn!(biz_id, %error, "takeover failed; the saga stays for a later scan");
+                telemetry::claim_failed(&self.actor);
+                Takeover::ClaimFailed(error)
+            }
         }
     }
 

@@ -232,6 +232,12 @@ impl Running {
     }
 }
 
+/// A takeover whose claim failed (not lost: the statement failed): counted as a failed drive.
+pub(crate) fn claim_failed(actor: &str) {
+    let attributes = [KeyValue::new("actor", actor_kind(actor)), KeyValue::new("outcome", "failed")];
+    instruments().drives.add(1, &attributes);
+}
+
 impl Drop for Running {
     fn drop(&mut self) {
         instruments().in_flight.add(-1, &[KeyValue::new("actor", self.actor)]);

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use midflight_driver::{Downstream, Driver, DriverSettings, Outcome};
+use midflight_driver::{Downstream, Driver, DriverSettings, Outcome, Takeover};
 use midflight_model::{Rules, Saga};
 use midflight_store::{ScanCursor, Store};
 use serde::Serialize;
@@ -124,17 +124,18 @@ impl Stats {
         }
     }
 
-    fn count(&self, outcome: Option<&Outcome>) {
-        let counter = match outcome {
-            None => &self.claims_lost,
-            Some(Outcome::Finished(_)) => &self.finished,
-            Some(Outcome::HandedOff) => &self.handed_off,
-            Some(Outcome::Lost) => &self.lost,
-            Some(Outcome::Stopped) => &self.stopped,
-            Some(Outcome::Failed(_)) => &self.failed,
+    /// `claimed` counts claims won; a claim whose statement failed counts as `failed` only.
+    fn count(&self, takeover: &Takeover) {
+        let counter = match takeover {
+            Takeover::Lost => &self.claims_lost,
+            Takeover::ClaimFailed(_) | Takeover::Drove(Outcome::Failed(_)) => &self.failed,
+            Takeover::Drove(Outcome::Finished(_)) => &self.finished,
+            Takeover::Drove(Outcome::HandedOff) => &self.handed_off,
+            Takeover::Drove(Outcome::Lost) => &self.lost,
+            Takeover::Drove(Outcome::Stopped) => &self.stopped,
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        if outcome.is_some() {
+        if matches!(takeover, Takeover::Drove(_)) {
             self.claimed.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -250,18 +251,26 @@ impl<D: Downstream> Worker<D> {
         }
         let next = page.next;
         for saga in page.sagas {
+            // Nothing new is taken over once shutdown began: the drain only waits for drives
+            // already running.
+            if self.shutdown.is_cancelled() {
+                return Ok(None);
+            }
             if self.blocked(&saga).await? {
                 continue;
             }
             let permit = tokio::select! {
-                permit = permits.clone().acquire_owned() => permit,
+                biased;
                 _ = self.shutdown.cancelled() => return Ok(None),
+                permit = permits.clone().acquire_owned() => permit,
             };
             let Ok(permit) = permit else { return Ok(None) };
-            let (driver, stats) = (self.driver.clone(), self.stats.clone());
+            let (driver, stats, shutdown) = (self.driver.clone(), self.stats.clone(), self.shutdown.clone());
             drives.spawn(async move {
-                let outcome = driver.claim_and_drive(&saga.biz_id).await;
-                stats.count(outcome.as_ref());
+                if shutdown.is_cancelled() {
+                    return;
+                }
+                stats.count(&driver.take_over(&saga.biz_id).await);
                 drop(permit);
             });
         }

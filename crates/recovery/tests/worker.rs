@@ -130,6 +130,37 @@ async fn an_unreadable_row_does_not_stop_the_scan(db: &TestDb) {
 }
 both_engines!(unreadable_rows_are_stepped_over, an_unreadable_row_does_not_stop_the_scan);
 
+/// A takeover whose claim statement fails (here a trigger refuses the takeover's log row) is a
+/// failed drive, not a claim won, and the saga stays for a later scan; once the claim can be
+/// written, the saga is taken over and finished.
+async fn a_failed_claim_is_no_claim(db: &TestDb) {
+    let mocks = MockDownstreams::start(MockOptions::default()).await;
+    let sagas = arrive(&db.store, &[event("O-1", "PAID", "CN-ZJ")], 1, 0).await;
+    let trigger = match db.engine {
+        Engine::MySql => "CREATE TRIGGER refuse_takeover BEFORE INSERT ON saga_transition FOR EACH ROW BEGIN \
+             IF NEW.reason = 'takeover' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused by a test trigger'; \
+             END IF; END"
+            .to_owned(),
+        _ => "CREATE TRIGGER refuse_takeover BEFORE INSERT ON saga_transition WHEN NEW.reason = 'takeover' \
+              BEGIN SELECT RAISE(ABORT, 'refused by a test trigger'); END"
+            .to_owned(),
+    };
+    execute(&db.store, &trigger).await;
+    let shutdown = CancellationToken::new();
+    let worker = Worker::new(db.store.clone(), mocks.client(), rules(), settings(), section("r1"), shutdown.clone());
+    let stats = worker.stats();
+    let running = tokio::spawn(worker.run());
+    until("a failed takeover", || async { stats.snapshot().failed >= 2 }).await;
+    assert_eq!(stats.snapshot().claimed, 0, "{:?}", stats.snapshot());
+    execute(&db.store, "DROP TRIGGER refuse_takeover").await;
+    let statuses = all_terminal(&db.store, &[sagas[0].biz_id.clone()], Duration::from_secs(20)).await;
+    assert_eq!(statuses, vec![Status::Done]);
+    shutdown.cancel();
+    let at_end = running.await.expect("join");
+    assert_eq!((at_end.claimed, at_end.finished), (1, 1), "{at_end:?}");
+}
+both_engines!(a_takeover_whose_claim_fails_is_not_counted_as_won, a_failed_claim_is_no_claim);
+
 async fn shutdown_leaves_sagas_at_a_durable_point(db: &TestDb) {
     let slow = MethodFaults::with_latency(150, 300);
     let mocks =
