@@ -84,7 +84,8 @@ pub async fn run(config: RecoveryConfig, shutdown: CancellationToken) -> Result<
     midflight_driver::telemetry::observe_store(&store);
     // The table is sampled only for someone who reads metrics: off by default, it costs no query.
     let metrics_on = config.telemetry.metrics_listen.is_some() || config.telemetry.otlp_endpoint.is_some();
-    let sampler = metrics_on.then(|| tokio::spawn(telemetry::sample_periodically(store.clone(), shutdown.clone())));
+    let sampler = metrics_on
+        .then(|| tokio::spawn(telemetry::sample_periodically(store.clone(), worker.stats(), shutdown.clone())));
     let periodic =
         tokio::spawn(reconcile_periodically(reconciler, config.recovery.reconcile_interval_ms, shutdown.clone()));
     let reconciled = config.recovery.reconcile_interval_ms > 0;

@@ -89,12 +89,14 @@ pub(crate) fn purge_topic_retention(retention: Option<crate::retention::Retentio
     instruments().purge_topic_retention.record(retention.map_or(0.0, |r| r.seconds()), &[]);
 }
 
-/// Samples the table every [`TABLE_SAMPLE_INTERVAL`] until `shutdown`.
-pub(crate) async fn sample_periodically(store: Store, shutdown: CancellationToken) {
+/// Samples the table every [`TABLE_SAMPLE_INTERVAL`] until `shutdown`. A sample that fails or
+/// does not answer within the scan's deadline is counted (`table_sample_failures`), since the
+/// gauges keep their last values meanwhile.
+pub(crate) async fn sample_periodically(store: Store, stats: Arc<Stats>, shutdown: CancellationToken) {
     // The unknown statuses last logged: logged again only when they change.
     let mut logged = (Vec::new(), false);
     loop {
-        match sample_table(&store).await {
+        match crate::worker::bounded("the saga table's sample", sample_table(&store)).await {
             Ok(unknown) if unknown != logged => {
                 if unknown.0.is_empty() {
                     tracing::info!("no saga row has an unknown status any more");
@@ -110,7 +112,10 @@ pub(crate) async fn sample_periodically(store: Store, shutdown: CancellationToke
                 logged = unknown;
             }
             Ok(_) => {}
-            Err(error) => tracing::warn!(%error, "saga table sample failed; trying again at the next interval"),
+            Err(error) => {
+                stats.table_sample_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(%error, "saga table sample failed; its gauges keep their last values until one succeeds");
+            }
         }
         tokio::select! {
             () = tokio::time::sleep(TABLE_SAMPLE_INTERVAL) => {}
@@ -201,6 +206,26 @@ mod tests {
         assert!(names.contains(&"midflight_store_refused_total".to_owned()), "{names:?}");
         let store = midflight_driver::telemetry::store_metric_names().len();
         assert_eq!(names.len(), fields(&StatsSnapshot::default()).len() + store);
+    }
+
+    /// A sample that fails is counted: the gauges keep their last values meanwhile, and the
+    /// count is what an alert can watch.
+    #[tokio::test]
+    async fn a_failed_table_sample_is_counted() {
+        let db =
+            midflight_store::testing::TestDb::fresh(midflight_store::testing::Engine::Sqlite).await.expect("sqlite");
+        let stats = Arc::new(Stats::default());
+        midflight_store::testing::execute(&db.store, "ALTER TABLE manual_ticket RENAME TO manual_ticket_gone").await;
+        let shutdown = CancellationToken::new();
+        let sampler = tokio::spawn(sample_periodically(db.store.clone(), stats.clone(), shutdown.clone()));
+        midflight_store::testing::until("a failed sample counted", || async {
+            stats.snapshot().table_sample_failures >= 1
+        })
+        .await;
+        shutdown.cancel();
+        sampler.await.expect("the sampler stops");
+        midflight_store::testing::execute(&db.store, "ALTER TABLE manual_ticket_gone RENAME TO manual_ticket").await;
+        assert!(sample_table(&db.store).await.is_ok(), "a sample of a sound table succeeds");
     }
 
     #[test]

@@ -74,6 +74,9 @@ pub struct Stats {
     /// Purge rounds that kept finished sagas past the horizon because no periodic
     /// reconciliation had judged them yet (none has completed, or the last is that far behind).
     pub purge_unreconciled: AtomicU64,
+    /// Samples of the saga table (the gauges of rows, ages, tickets) that failed or did not
+    /// answer in time: while they fail, those gauges keep their last values.
+    pub table_sample_failures: AtomicU64,
 }
 
 /// A copy of [`Stats`] at one moment.
@@ -97,6 +100,7 @@ pub struct StatsSnapshot {
     pub purge_held: u64,
     pub purge_topic_unread: u64,
     pub purge_unreconciled: u64,
+    pub table_sample_failures: u64,
 }
 
 impl Stats {
@@ -121,6 +125,7 @@ impl Stats {
             purge_held: get(&self.purge_held),
             purge_topic_unread: get(&self.purge_topic_unread),
             purge_unreconciled: get(&self.purge_unreconciled),
+            table_sample_failures: get(&self.table_sample_failures),
         }
     }
 
