@@ -85,9 +85,9 @@ pub(crate) struct Member {
 impl Member {
     /// The row as written, with the lease the write granted (or gave up).
     pub(crate) fn into_written(self) -> Saga {
+        let lease_ms = self.lease_ms();
         let mut next = self.next;
-        next.lease.until_ms =
-            if self.change.release_lease { next.updated_at_ms } else { next.updated_at_ms + self.lease_ms };
+        next.lease.until_ms = next.updated_at_ms + lease_ms;
         next
     }
 
@@ -104,8 +104,16 @@ impl Member {
         Ok(Member { before, next, change: change.clone(), lease_ms, actor: actor.to_owned(), call_ms: None })
     }
 
+    /// The lease the write grants, from its clock reading. A release with a retry time keeps
+    /// the row leased to nobody until then (`lease_until_ms` = the retry time): a saga waiting
+    /// out a backoff is outside the recovery scan's index range (`saga_recovery`, by status and
+    /// lease expiry) instead of read and stepped over at every page; the claim asks both.
     pub(crate) fn lease_ms(&self) -> i64 {
-        if self.change.release_lease { 0 } else { self.lease_ms }
+        if self.change.release_lease {
+            self.next.next_attempt_at_ms.saturating_sub(self.next.updated_at_ms).max(0)
+        } else {
+            self.lease_ms
+        }
     }
 }
 
