@@ -201,6 +201,19 @@ impl Running {
     }
 }
 
+/// Waits until the group moved partitions from `first` to `second`, which joined after it.
+async fn partitions_moved(first: &Running, second: &Running) {
+    eventually("partitions moved from the first consumer to the second", || async {
+        let (a, b) = (first.snapshot(), second.snapshot());
+        if a.partitions_revoked > 0 && b.partitions_assigned > 0 {
+            Ok(())
+        } else {
+            Err(format!("first {a:?}\nsecond {b:?}"))
+        }
+    })
+    .await;
+}
+
 /// Polls `check` until it holds, failing with `what` and the last state after [`WAIT`].
 async fn eventually<F, Fut>(what: &str, mut check: F)
 where
@@ -374,15 +387,7 @@ async fn rebalance_on(db: &TestDb, broker: Broker) {
 
     // A second instance joins: cooperative-sticky moves some partitions to it.
     let second = harness.start_consumer(config("second"), &db.store);
-    eventually("partitions moved from the first consumer to the second", || async {
-        let (a, b) = (first.snapshot(), second.snapshot());
-        if a.partitions_revoked > 0 && b.partitions_assigned > 0 {
-            Ok(())
-        } else {
-            Err(format!("first {a:?}\nsecond {b:?}"))
-        }
-    })
-    .await;
+    partitions_moved(&first, &second).await;
     let before = first.snapshot().fresh;
     produce(1).await;
     eventually("both consumers take new messages", || async {
@@ -869,15 +874,7 @@ async fn partitions_given_back_after_a_pause_are_consumed() {
     .await;
     // A second member takes some partitions while the first has them paused.
     let second = start("second");
-    eventually("partitions moved to the second consumer", || async {
-        let (a, b) = (first.snapshot(), second.snapshot());
-        if a.partitions_revoked > 0 && b.partitions_assigned > 0 {
-            Ok(())
-        } else {
-            Err(format!("first {a:?}\nsecond {b:?}"))
-        }
-    })
-    .await;
+    partitions_moved(&first, &second).await;
     assert!(first.snapshot().in_flight >= 8, "still paused when its partitions moved: {:?}", first.snapshot());
     harness.mocks.set_wms_faults(midflight_stack::Faults::default()).await;
     eventually("the backlog DONE", || async {
