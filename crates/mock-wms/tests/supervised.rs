@@ -80,3 +80,15 @@ fn a_parent_pid_that_is_no_pid_is_refused() {
     assert!(stderr.contains("MIDFLIGHT_PARENT_PID must be the process id"), "{stderr}");
     assert!(output.stdout.is_empty(), "nothing else was done");
 }
+
+#[test]
+fn a_log_filter_the_logger_cannot_read_is_bad_usage() {
+    let output = Command::new(env!("CARGO_BIN_EXE_mock-wms"))
+        .args(["--set", "telemetry.log_filter=info,x=notalevel", "--print-config"])
+        .output()
+        .expect("run mock-wms");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("telemetry.log_filter"), "{stderr}");
+    assert!(output.stdout.is_empty(), "nothing else was done");
+}

@@ -2,9 +2,11 @@
 //! Prometheus text format of everything the process records), `/healthz` (alive: the process
 //! answers) and `/readyz` (the service says it is ready, see [`crate::Readiness`]).
 //!
-//! It is deliberately small: HTTP/1.1, GET only, three paths, a bounded number of connections
-//! and a bound on how long a client may take to send its request head, so a stuck scraper or a
-//! port scanner cannot pin the process's memory or tasks.
+//! It is deliberately small: HTTP/1.1, GET only, three paths, a bounded number of connections,
+//! a bound on how long a client may take to send its request head and one on how long any
+//! connection lasts (a client that sends requests and never reads the answers blocks its
+//! connection's writes), so a stuck scraper or a port scanner cannot pin the process's memory
+//! or tasks, nor hold every connection and keep a liveness probe out.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -30,6 +32,9 @@ use crate::health::Readiness;
 pub const CONNECTIONS_MAX: usize = 64;
 /// How long a client may take to send its request head before the connection is closed.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one connection may last, requests and answers included; a client keeping its
+/// connection alive opens another after it.
+pub const CONNECTION_TIME_MAX: Duration = Duration::from_secs(30);
 
 /// What the endpoint answers from.
 #[derive(Debug, Clone)]
@@ -50,10 +55,19 @@ pub struct Endpoint {
 impl Endpoint {
     /// Serves on `listener` until stopped. `registry` is what `/metrics` renders.
     pub fn serve(listener: TcpListener, registry: Option<prometheus::Registry>, readiness: Readiness) -> Endpoint {
+        Endpoint::serve_for(listener, registry, readiness, CONNECTION_TIME_MAX)
+    }
+
+    fn serve_for(
+        listener: TcpListener,
+        registry: Option<prometheus::Registry>,
+        readiness: Readiness,
+        connection_time_max: Duration,
+    ) -> Endpoint {
         let address = listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
         let stop = CancellationToken::new();
         let state = Arc::new(State { registry, readiness });
-        let task = tokio::spawn(accept_loop(listener, state, stop.clone()));
+        let task = tokio::spawn(accept_loop(listener, state, stop.clone(), connection_time_max));
         tracing::info!(%address, "metrics and health endpoint listening");
         Endpoint { address, stop, task: Some(task) }
     }
@@ -78,7 +92,7 @@ impl Drop for Endpoint {
     }
 }
 
-async fn accept_loop(listener: TcpListener, state: Arc<State>, stop: CancellationToken) {
+async fn accept_loop(listener: TcpListener, state: Arc<State>, stop: CancellationToken, connection_time_max: Duration) {
     let permits = Arc::new(Semaphore::new(CONNECTIONS_MAX));
     loop {
         let accepted = tokio::select! {
@@ -108,8 +122,10 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>, stop: Cancellatio
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_READ_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service);
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, "metrics endpoint connection ended with an error");
+            match tokio::time::timeout(connection_time_max, connection).await {
+                Ok(Err(error)) => tracing::debug!(%error, "metrics endpoint connection ended with an error"),
+                Ok(Ok(())) => {}
+                Err(_) => tracing::debug!("metrics endpoint connection open too long; closed"),
             }
             drop(permit);
         });
@@ -150,4 +166,37 @@ fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
     *response.status_mut() = status;
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// A connection is closed once it is older than its bound, whatever its client does: here
+    /// it keeps asking, a request every 100 ms, so no idle or header timer would ever end it.
+    #[tokio::test]
+    async fn a_connection_lasts_at_most_its_bound() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let endpoint = Endpoint::serve_for(listener, None, Readiness::new(), Duration::from_millis(500));
+        let mut client = tokio::net::TcpStream::connect(endpoint.address()).await.expect("connect");
+        let asking = async {
+            let mut answers = 0;
+            loop {
+                if client.write_all(b"GET /healthz HTTP/1.1\r\nhost: test\r\n\r\n").await.is_err() {
+                    return answers;
+                }
+                let mut answer = [0_u8; 1024];
+                match client.read(&mut answer).await {
+                    Ok(0) | Err(_) => return answers,
+                    Ok(_) => answers += 1,
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        };
+        let answers = tokio::time::timeout(Duration::from_secs(4), asking).await;
+        assert!(matches!(answers, Ok(n) if n >= 2), "the server did not end a connection past its bound: {answers:?}");
+        endpoint.shutdown().await;
+    }
 }

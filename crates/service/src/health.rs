@@ -18,6 +18,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 #[derive(Debug, Clone, Default)]
 pub struct Readiness {
     ready: Arc<AtomicBool>,
+    /// Set for good once the service starts shutting down.
+    draining: Arc<AtomicBool>,
 }
 
 impl Readiness {
@@ -26,8 +28,21 @@ impl Readiness {
         Readiness::default()
     }
 
+    /// Ready or not; once [`Readiness::drain`] was called, never ready again (a start-up that
+    /// completes after the first signal must not say ready while the service drains).
     pub fn set_ready(&self, ready: bool) {
+        let ready = ready && !self.draining.load(Ordering::Acquire);
         self.ready.store(ready, Ordering::Release);
+        // A drain between the check and the store wins.
+        if self.draining.load(Ordering::Acquire) {
+            self.ready.store(false, Ordering::Release);
+        }
+    }
+
+    /// Not ready, for the rest of the process: it is shutting down.
+    pub fn drain(&self) {
+        self.draining.store(true, Ordering::Release);
+        self.ready.store(false, Ordering::Release);
     }
 
     pub fn is_ready(&self) -> bool {
@@ -57,5 +72,16 @@ mod tests {
         assert!(b.is_ready());
         a.set_ready(false);
         assert!(!b.is_ready());
+    }
+
+    #[test]
+    fn a_service_draining_is_never_ready_again() {
+        let readiness = Readiness::new();
+        readiness.set_ready(true);
+        readiness.drain();
+        assert!(!readiness.is_ready());
+        // A start-up that completes after the signal.
+        readiness.set_ready(true);
+        assert!(!readiness.is_ready());
     }
 }

@@ -95,6 +95,12 @@ where
             return ExitCode::from(2);
         }
     };
+    // The log filter is parsed by the logging library, so it is checked here with the rest of
+    // the configuration (bad usage, exit 2), not found when telemetry starts.
+    if let Err(error) = telemetry::check_log_filter(config.telemetry()) {
+        eprintln!("{service}: {error}");
+        return ExitCode::from(2);
+    }
     let parent = match supervisor() {
         Ok(parent) => parent,
         Err(error) => {
@@ -130,7 +136,7 @@ where
         let draining = shutdown.clone();
         tokio::spawn(async move {
             draining.cancelled().await;
-            readiness().set_ready(false);
+            readiness().drain();
         });
         tracing::info!(service, "starting");
         let code = match run(config, shutdown).await {

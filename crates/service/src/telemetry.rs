@@ -130,13 +130,18 @@ where
     install(service, section, Some(tracer))
 }
 
+/// `telemetry.log_filter` as the logging library reads it, or why it cannot.
+pub(crate) fn check_log_filter(section: &TelemetrySection) -> Result<EnvFilter, Error> {
+    EnvFilter::try_new(&section.log_filter)
+        .map_err(|e| Error::Telemetry(format!("telemetry.log_filter {:?}: {e}", section.log_filter)))
+}
+
 fn install(
     service: &'static str,
     section: &TelemetrySection,
     tracer: Option<SdkTracerProvider>,
 ) -> Result<Telemetry, Error> {
-    let filter = EnvFilter::try_new(&section.log_filter)
-        .map_err(|e| Error::Telemetry(format!("telemetry.log_filter {:?}: {e}", section.log_filter)))?;
+    let filter = check_log_filter(section)?;
     let mut layers = vec![log_layer(section, filter)];
     if let Some(provider) = &tracer {
         opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
