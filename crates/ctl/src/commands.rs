@@ -61,8 +61,8 @@ async fn dispatch(store: &Store, config: &RecoveryConfig, out: Out, command: Com
             resolve(store, out, &biz_id, to, tracking_no.as_deref(), &write).await
         }
         Command::Retry { biz_id, from, write } => resolve(store, out, &biz_id, from, None, &write).await,
-        Command::CloseTicket { key, step, operator, note } => {
-            close_ticket(store, out, &key, &step, &operator, &note).await
+        Command::CloseTicket { key, step, finding, operator, note } => {
+            close_ticket(store, out, &key, &step, &finding, &operator, &note).await
         }
         Command::Reconcile => reconcile(store, config, out).await,
         Command::Migrate => {
@@ -365,10 +365,11 @@ async fn close_ticket(
     out: Out,
     key: &str,
     step: &str,
+    finding: &str,
     operator: &str,
     note: &str,
 ) -> anyhow::Result<Done> {
-    match store.close_ticket(key, step, operator, note).await? {
+    match store.close_ticket(key, step, finding, operator, note).await? {
         Cas::Applied(()) => {
             if out.json {
                 out.json(&json!({ "result": "applied", "key": key, "step": step }))?;
@@ -377,7 +378,15 @@ async fn close_ticket(
             }
             Ok(Done::Ok)
         }
-        Cas::Conflict => refuse(out, key, &format!("no open {step} ticket for {key}; nothing was written"), None, None),
+        Cas::Conflict => {
+            let why = match store.open_finding(key, step).await? {
+                Some(held) => format!(
+                    "the open {step} ticket for {key} holds finding {held:?}, not {finding:?}; look at it again (sagactl ticket {key}); nothing was written"
+                ),
+                None => format!("no open {step} ticket for {key}; nothing was written"),
+            };
+            refuse(out, key, &why, None, None)
+        }
     }
 }
 

@@ -115,6 +115,11 @@ enum Command {
         /// WMS_LEDGER or LOGISTICS_LEDGER.
         #[arg(long, value_parser = [midflight_store::WMS_LEDGER_STEP, midflight_store::LOGISTICS_LEDGER_STEP])]
         step: String,
+        /// The finding dealt with: the ticket's evidence `fingerprint`, as `sagactl ticket KEY`
+        /// shows it. Refused when the ticket holds another finding by now (a later pass
+        /// reopened it): closing would accept that one unseen, for good.
+        #[arg(long)]
+        finding: String,
         #[arg(long, value_parser = parse_operator)]
         operator: String,
         #[arg(long, value_parser = parse_note)]

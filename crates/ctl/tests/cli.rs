@@ -264,9 +264,28 @@ async fn tickets_stuck_and_reconcile(db: &TestDb) {
     let human = sagactl(db, &[&args[..], &["reconcile"]].concat()).await.ok();
     assert!(human.stdout.contains("orphan") && human.stdout.contains("already_open"), "{}", human.stdout);
     let key = report["findings"][0]["request_id"].as_str().map(|id| format!("orphan:{id}")).expect("request id");
-    let close = ["close-ticket", &key, "--step", "WMS_LEDGER", "--operator", "carol", "--note", "reversed in wms"];
-    sagactl(db, &close).await.ok();
-    let again = sagactl(db, &close).await;
+    let shown = sagactl(db, &["ticket", &key, "--json"]).await.ok().json();
+    let finding = shown[0]["evidence"]["fingerprint"].as_str().expect("the finding's fingerprint").to_owned();
+    let close_as = |finding: &str| {
+        [
+            "close-ticket",
+            &key,
+            "--step",
+            "WMS_LEDGER",
+            "--finding",
+            finding,
+            "--operator",
+            "carol",
+            "--note",
+            "reversed in wms",
+        ]
+        .map(str::to_owned)
+    };
+    let other = sagactl(db, &close_as("orphan:L-elsewhere").each_ref().map(String::as_str)).await;
+    assert_eq!(other.code, REFUSED, "{}", other.stderr);
+    assert!(other.stderr.contains(&finding), "names the finding the ticket holds: {}", other.stderr);
+    sagactl(db, &close_as(&finding).each_ref().map(String::as_str)).await.ok();
+    let again = sagactl(db, &close_as(&finding).each_ref().map(String::as_str)).await;
     assert_eq!(again.code, REFUSED, "{}", again.stderr);
 }
 both_engines!(tickets_stuck_and_reconcile_once, tickets_stuck_and_reconcile);
@@ -276,7 +295,7 @@ async fn bad_usage(db: &TestDb) {
     let config = sagactl(db, &["--set", "database.max_connections=many", "list"]).await;
     assert_eq!(config.code, 2, "{}", config.stderr);
     assert!(config.stderr.contains("override database.max_connections"), "{}", config.stderr);
-    let step = ["close-ticket", "k", "--step", "WMS", "--operator", "carol", "--note", "n"];
+    let step = ["close-ticket", "k", "--step", "WMS", "--finding", "f", "--operator", "carol", "--note", "n"];
     let step = sagactl(db, &step).await;
     assert_eq!(step.code, 2, "{}", step.stderr);
     assert!(step.stderr.contains("WMS_LEDGER"), "{}", step.stderr);

@@ -82,7 +82,9 @@ async fn finds_planted_orphan_and_double_lock(db: &TestDb) {
     assert_eq!(db.store.open_ticket_count().await.expect("count"), 2);
 
     // An operator accepts the orphan (closes its ticket): the next run leaves it closed.
-    let closed = db.store.close_ticket(&orphan_key, WMS_LEDGER_STEP, "alice", "reversed by hand in the wms console");
+    let finding = db.store.open_finding(&orphan_key, WMS_LEDGER_STEP).await.expect("read").expect("a finding");
+    let closed =
+        db.store.close_ticket(&orphan_key, WMS_LEDGER_STEP, &finding, "alice", "reversed by hand in the wms console");
     assert!(closed.await.expect("close").is_applied());
     let third = reconciler(&db.store, client).run_once().await.expect("reconcile");
     assert_eq!((third.tickets_opened, third.tickets_resolved_before, third.tickets_already_open), (0, 1, 1));

@@ -72,15 +72,36 @@ impl Store {
     }
 
     /// Closes an open reconciliation ticket (a saga's own review ticket is closed by resolving
-    /// the saga instead). Conflict when no open ticket exists for the key and step.
-    pub async fn close_ticket(&self, key: &str, step: &str, operator: &str, note: &str) -> Result<Cas<()>, Error> {
+    /// the saga instead), if it still holds the finding `fingerprint` the operator looked at: a
+    /// pass may have reopened it with another finding since, which closing would accept unseen
+    /// (a resolved finding is never opened again). Conflict when no open ticket exists for the
+    /// key and step, or it holds another finding.
+    pub async fn close_ticket(
+        &self,
+        key: &str,
+        step: &str,
+        fingerprint: &str,
+        operator: &str,
+        note: &str,
+    ) -> Result<Cas<()>, Error> {
         check_step(step)?;
+        let open = manual_ticket::Entity::find_by_id((key.to_owned(), step.to_owned()))
+            .one(&self.db)
+            .await
+            .during("read finding ticket", Some(key))?
+            .filter(|row| row.state == "OPEN");
+        let Some(open) = open else { return Ok(Cas::Conflict) };
+        if fingerprint_of(&open.evidence).as_deref() != Some(fingerprint) {
+            return Ok(Cas::Conflict);
+        }
         let now = dialect::now_ms(self.backend);
+        // The reopening of a ticket sets its opening time: the one read above must still hold.
         let sql = format!(
             "UPDATE manual_ticket SET state = 'RESOLVED', resolved_by = ?, resolved_at_ms = {now}, resolution = ? \
-             WHERE biz_id = ? AND step = ? AND state = 'OPEN'"
+             WHERE biz_id = ? AND step = ? AND state = 'OPEN' AND opened_at_ms = ?"
         );
-        let values: Vec<Value> = vec![fit(operator, 160).into(), fit(note, 1024).into(), key.into(), step.into()];
+        let values: Vec<Value> =
+            vec![fit(operator, 160).into(), fit(note, 1024).into(), key.into(), step.into(), open.opened_at_ms.into()];
         let result = self
             .db
             .execute_raw(Statement::from_sql_and_values(self.backend, sql, values))
@@ -88,6 +109,16 @@ impl Store {
             .during("close ticket", Some(key))?;
         self.stats.write_committed();
         Ok(if result.rows_affected() == 1 { Cas::Applied(()) } else { Cas::Conflict })
+    }
+
+    /// The finding an open reconciliation ticket holds (its fingerprint), if any.
+    pub async fn open_finding(&self, key: &str, step: &str) -> Result<Option<String>, Error> {
+        check_step(step)?;
+        let row = manual_ticket::Entity::find_by_id((key.to_owned(), step.to_owned()))
+            .one(&self.db)
+            .await
+            .during("read finding ticket", Some(key))?;
+        Ok(row.filter(|row| row.state == "OPEN").and_then(|row| fingerprint_of(&row.evidence)))
     }
 
     async fn insert_finding(

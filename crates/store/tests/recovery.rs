@@ -200,17 +200,23 @@ async fn finding_tickets_are_idempotent(db: &TestDb) {
     assert_eq!(tickets.len(), 1);
     assert_eq!(tickets[0].evidence["fingerprint"], "orphan:LCK1");
 
-    let closed = store.close_ticket("orphan:mf-wms-x", WMS_LEDGER_STEP, "alice", "reversed by hand").await;
-    assert_eq!(closed.expect("close"), Cas::Applied(()));
-    let again = store.close_ticket("orphan:mf-wms-x", WMS_LEDGER_STEP, "bob", "twice").await;
-    assert_eq!(again.expect("close"), Cas::Conflict, "closing twice is refused");
+    let close = |fingerprint: &'static str, operator: &'static str| async move {
+        store.close_ticket("orphan:mf-wms-x", WMS_LEDGER_STEP, fingerprint, operator, "reversed by hand").await
+    };
+    assert_eq!(store.open_finding("orphan:mf-wms-x", WMS_LEDGER_STEP).await.expect("read"), Some("orphan:LCK1".into()));
+    assert_eq!(close("orphan:LCK9", "alice").await.expect("close"), Cas::Conflict, "not the finding it holds");
+    assert_eq!(close("orphan:LCK1", "alice").await.expect("close"), Cas::Applied(()));
+    assert_eq!(close("orphan:LCK1", "bob").await.expect("close"), Cas::Conflict, "closing twice is refused");
     assert_eq!(open(finding("orphan:LCK1")).await, TicketOutcome::ResolvedBefore, "an accepted finding stays closed");
     assert_eq!(open(finding("orphan:LCK3")).await, TicketOutcome::Reopened, "a new finding on the key reopens it");
     let tickets = store.tickets_of("orphan:mf-wms-x").await.expect("tickets");
     assert_eq!((tickets.len(), tickets[0].state), (1, TicketState::Open));
     assert_eq!(tickets[0].resolved_by.as_deref(), Some("alice"), "the last resolution stays visible");
+    // A close of the finding first looked at does not accept the one the ticket holds now.
+    assert_eq!(close("orphan:LCK1", "bob").await.expect("close"), Cas::Conflict, "reopened with another finding");
+    assert_eq!(store.tickets_of("orphan:mf-wms-x").await.expect("tickets")[0].state, TicketState::Open);
 
-    let wrong = store.close_ticket("O-1:PAID", "WMS", "alice", "no").await;
+    let wrong = store.close_ticket("O-1:PAID", "WMS", "x", "alice", "no").await;
     assert!(matches!(wrong, Err(Error::Invalid(_))), "a saga's review ticket is closed by resolving the saga");
     let other_step = FindingTicket { step: LOGISTICS_LEDGER_STEP, ..finding("orphan:T1") };
     assert_eq!(open(other_step).await, TicketOutcome::Opened, "one ticket per key and step");
