@@ -47,14 +47,31 @@ pub async fn run(cli: Cli) -> anyhow::Result<Done> {
     result
 }
 
+/// The first `limit` of `rows` (read with one more, to know): when more exist, a line on stderr
+/// says so, so a listing cut at its limit is not read as the whole (stdout keeps its shape).
+fn shown<T>(mut rows: Vec<T>, limit: u64) -> Vec<T> {
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    if rows.len() > limit {
+        rows.truncate(limit);
+        eprintln!("sagactl: the first {limit} shown; more exist (raise --limit)");
+    }
+    rows
+}
+
 async fn dispatch(store: &Store, config: &RecoveryConfig, out: Out, command: Command) -> anyhow::Result<Done> {
     match command {
-        Command::List { status, limit } => list(store, out, store.list(status, limit).await?).await,
-        Command::Stuck { older_than_ms, limit } => stuck(store, out, store.stuck(older_than_ms, limit).await?).await,
+        Command::List { status, limit } => {
+            let sagas = shown(store.list(status, limit.saturating_add(1)).await?, limit);
+            list(store, out, sagas).await
+        }
+        Command::Stuck { older_than_ms, limit } => {
+            let sagas = shown(store.stuck(older_than_ms, limit.saturating_add(1)).await?, limit);
+            stuck(store, out, sagas).await
+        }
         Command::Show { biz_id } => show(store, out, &biz_id).await,
         Command::Tickets { state, limit } => {
             let state = state.map(|s| if s == "open" { TicketState::Open } else { TicketState::Resolved });
-            tickets(store, out, store.tickets(state, limit).await?).await
+            tickets(store, out, shown(store.tickets(state, limit.saturating_add(1)).await?, limit)).await
         }
         Command::Ticket { biz_id } => ticket(store, out, &biz_id).await,
         Command::Resolve { biz_id, to, tracking_no, write } => {
@@ -208,6 +225,11 @@ fn saga_fields(saga: &Saga, now: i64) -> Vec<(&'static str, String)> {
 fn lease(saga: &Saga, now: i64) -> String {
     if saga.status.is_terminal() {
         return "-".to_owned();
+    }
+    if saga.next_attempt_at_ms > now {
+        // Released until its retry (a backoff, a wait for the in-flight window): the row is
+        // leased to nobody until then, whatever OWNER still names.
+        return format!("released, retry {}", age(saga.next_attempt_at_ms, now));
     }
     if saga.lease.until_ms > now {
         format!("live, ends {}", age(saga.lease.until_ms, now))

@@ -105,6 +105,12 @@ async fn list_show_resolve_retry(db: &TestDb) {
     let listed = sagactl(db, &["list", "--status", "manual_review", "--json"]).await.ok().json();
     let statuses: Vec<&str> = listed.as_array().expect("array").iter().filter_map(|s| s["status"].as_str()).collect();
     assert_eq!(statuses, vec!["MANUAL_REVIEW", "MANUAL_REVIEW"]);
+    // A listing cut at its limit says so (on stderr; stdout keeps its shape).
+    let cut = sagactl(db, &["list", "--status", "manual_review", "--limit", "1", "--json"]).await.ok();
+    assert_eq!(cut.json().as_array().map(Vec::len), Some(1));
+    assert!(cut.stderr.contains("more exist"), "{}", cut.stderr);
+    let whole = sagactl(db, &["list", "--status", "manual_review", "--limit", "2"]).await.ok();
+    assert!(!whole.stderr.contains("more exist"), "{}", whole.stderr);
 
     let show = sagactl(db, &["show", &review.biz_id]).await.ok();
     for needle in
