@@ -844,8 +844,9 @@ both_engines!(static_member_restart_keeps_the_assignment, static_restart);
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn partitions_given_back_after_a_pause_are_consumed() {
     let db = TestDb::fresh(midflight_store::testing::Engine::Sqlite).await.expect("sqlite");
-    // Locks slow enough (8 s) that the first consumer stays paused, its sixteen sagas waiting,
-    // for much longer than the second's join takes (about 2 s on the embedded cluster).
+    // Locks slow enough (8 s; the mock server cuts a call off at 10 s) that the first consumer
+    // stays paused, its sixteen sagas waiting, for much longer than the second's join takes
+    // (about 2 s on the embedded cluster).
     let options = MockOptions {
         wms_faults: fault("LockStock", MethodFaults::with_latency(8_000, 8_000)),
         ..MockOptions::default()
@@ -942,7 +943,8 @@ async fn a_fatal_producer_error_ends_the_run() {
     let db = TestDb::fresh(midflight_store::testing::Engine::Sqlite).await.expect("sqlite");
     let harness = Harness::start(MockOptions::default()).await;
     let events = orders("N", 4);
-    harness.produce_events(&events).await;
+    // On one partition, so the consumer reads the four in one fetch before the run ends.
+    harness.produce(&events.iter().map(|e| on_zero(record(e))).collect::<Vec<_>>()).await;
     // The orders are on the topic; the next Produce requests any client sends are the
     // consumer's notifications.
     harness.kafka.fail_requests(PRODUCE, &[RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER; 4]);

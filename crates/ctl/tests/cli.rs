@@ -111,6 +111,15 @@ async fn list_show_resolve_retry(db: &TestDb) {
     assert!(cut.stderr.contains("more exist"), "{}", cut.stderr);
     let whole = sagactl(db, &["list", "--status", "manual_review", "--limit", "2"]).await.ok();
     assert!(!whole.stderr.contains("more exist"), "{}", whole.stderr);
+    // A saga waiting for its retry: its lease runs to the retry, and the listing says so.
+    let waiting = arrive(store, "O-4", 4).await;
+    let now = store.now_ms().await.expect("clock");
+    let failure = midflight_model::Failure { error: "wms unreachable".into(), retry_at_ms: now + 600_000 };
+    let backoff = Change { failure: Some(failure), release_lease: true, ..Change::default() };
+    store.write(&waiting, &backoff, now, 60_000, "consumer:c1").await.expect("write").applied().expect("applied");
+    let shown = sagactl(db, &["list", "--status", "received"]).await.ok();
+    let row = shown.stdout.lines().find(|line| line.contains("O-4:PAID")).unwrap_or_default();
+    assert!(row.contains("released, retry in 9m") || row.contains("released, retry in 10m"), "{}", shown.stdout);
 
     let show = sagactl(db, &["show", &review.biz_id]).await.ok();
     for needle in

@@ -190,6 +190,10 @@ pub async fn execute(plan: Plan) -> anyhow::Result<RunReport> {
     let grace = Duration::from_millis(u64::try_from(plan.spec.lease_ms).unwrap_or(0) + plan.spec.rpc_timeout_ms);
     let mut settle_from = Instant::now();
     let mut quiescent = false;
+    // When everything last became settled (reset when work appears again), and the time to
+    // quiescence reported: that moment, not the end of the grace that confirmed it.
+    let mut settled_at: Option<Duration> = None;
+    let mut settled_after = Duration::ZERO;
     let mut last_line = Instant::now();
     let mut waves: Vec<tokio::task::JoinHandle<anyhow::Result<Expected>>> = Vec::new();
     let mut unfired = Vec::new();
@@ -234,14 +238,16 @@ pub async fn execute(plan: Plan) -> anyhow::Result<RunReport> {
             last_fired = Instant::now();
             settle_from = Instant::now();
         }
-        if pending.is_empty()
-            && waves.is_empty()
-            && done >= expected.messages()
-            && last_fired.elapsed() >= grace
-            && drained(&system, legacy).await?
-        {
-            quiescent = true;
-            break;
+        if pending.is_empty() && waves.is_empty() && done >= expected.messages() && drained(&system, legacy).await? {
+            // Settled since this moment; quiescent once it held for the grace after the last step.
+            let since = *settled_at.get_or_insert_with(|| started.elapsed());
+            if last_fired.elapsed() >= grace {
+                quiescent = true;
+                settled_after = since;
+                break;
+            }
+        } else {
+            settled_at = None;
         }
         if pending.is_empty() && settle_from.elapsed() > plan.settle {
             break;
@@ -266,7 +272,7 @@ pub async fn execute(plan: Plan) -> anyhow::Result<RunReport> {
         tokio::time::sleep(TICK).await;
     }
     progress.finish_and_clear();
-    let seconds = started.elapsed().as_secs_f64();
+    let seconds = if quiescent { settled_after } else { started.elapsed() }.as_secs_f64();
     let mut notes = crashes(&mut system, &intentional);
     notes.append(&mut unfired);
     if !quiescent {

@@ -236,7 +236,9 @@ impl Ctx<'_> {
         if attempts >= self.rules.retry.attempts_max {
             return self.ticket(
                 step,
-                &format!("not found after {attempts} tries, each waiting out the in-flight window; ask the downstream"),
+                &format!(
+                    "not found, after {attempts} failed attempts at this step (unreachable, or waiting out the in-flight window); ask the downstream"
+                ),
                 &Observation::Nothing,
             );
         }

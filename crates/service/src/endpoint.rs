@@ -122,10 +122,19 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>, stop: Cancellatio
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_READ_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service);
-            match tokio::time::timeout(connection_time_max, connection).await {
-                Ok(Err(error)) => tracing::debug!(%error, "metrics endpoint connection ended with an error"),
-                Ok(Ok(())) => {}
-                Err(_) => tracing::debug!("metrics endpoint connection open too long; closed"),
+            let mut connection = std::pin::pin!(connection);
+            let ended = tokio::select! {
+                ended = connection.as_mut() => ended,
+                () = tokio::time::sleep(connection_time_max) => {
+                    // The answer in progress, if any, goes out with `Connection: close`; a client
+                    // that does not read it is cut off a little later.
+                    connection.as_mut().graceful_shutdown();
+                    tracing::debug!("metrics endpoint connection open too long; closing");
+                    tokio::time::timeout(HEADER_READ_TIMEOUT, connection.as_mut()).await.unwrap_or(Ok(()))
+                }
+            };
+            if let Err(error) = ended {
+                tracing::debug!(%error, "metrics endpoint connection ended with an error");
             }
             drop(permit);
         });

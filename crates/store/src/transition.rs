@@ -120,7 +120,8 @@ impl Member {
 impl Store {
     /// Writes `change` to a saga the caller holds at `before.version` / `before.lease.epoch`.
     /// `now_ms` is the caller's database-clock reading (see [`Store::now_ms`]); the lease is
-    /// renewed for `lease_ms` from the database clock, or released if the change says so.
+    /// renewed for `lease_ms` from the database clock, or released if the change says so (to
+    /// the present, or, with a retry time, until then: `Member::lease_ms`).
     /// An illegal status edge is an error naming the saga; a lost race is [`Cas::Conflict`].
     pub async fn write(
         &self,

@@ -910,7 +910,7 @@ both_engines!(a_review_tickets_evidence_keeps_the_latest_log, ticket_evidence_ke
 async fn the_mysql_session_runs_in_utc_whatever_the_url_says() {
     let Some(db) = TestDb::fresh(Engine::MySql).await else { return };
     let section = midflight_config::DatabaseSection {
-        url: format!("{}?timezone=%2B05:00", db.url),
+        url: format!("{}{}timezone=%2B05:00", db.url, if db.url.contains('?') { '&' } else { '?' }),
         ..midflight_config::DatabaseSection::default()
     };
     let store = Store::connect(&section).await.expect("connect");
