@@ -281,14 +281,9 @@ impl Config for ConsumerConfig {
         problems.extend(self.telemetry.problems("telemetry"));
         problems.extend(self.runtime.problems("runtime"));
         problems.extend(self.driver.problems("driver"));
-        // A drive mid-call at shutdown reaches its next durable point within a call's deadline;
-        // a shorter wait aborts it holding its lease, which then runs out for the next owner.
-        if self.consumer.shutdown_deadline_ms <= self.driver.rpc_timeout_ms {
-            problems.push(format!(
-                "consumer.shutdown_deadline_ms ({}) must be longer than driver.rpc_timeout_ms ({}): a drive in the middle of a call would be abandoned with its lease",
-                self.consumer.shutdown_deadline_ms, self.driver.rpc_timeout_ms
-            ));
-        }
+        problems.extend(
+            self.driver.shutdown_wait_problem("consumer.shutdown_deadline_ms", self.consumer.shutdown_deadline_ms),
+        );
         problems.extend(self.rules.wms.problems("rules.wms"));
         problems.extend(self.rules.logistics.problems("rules.logistics"));
         problems.extend(self.rules.retry.problems("rules.retry"));

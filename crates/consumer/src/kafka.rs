@@ -90,6 +90,12 @@ impl ClientContext for Logging {
 /// The producer of dead-letter copies and notifications.
 pub(crate) type Producer = FutureProducer<Logging>;
 
+/// The fatal error `client` hit, as `code: reason`: librdkafka's word that the client can do
+/// nothing more (a fenced or refused group member, an idempotent producer out of sequence).
+pub(crate) fn fatal_error<C: ClientContext>(client: &rdkafka::client::Client<C>) -> Option<String> {
+    client.fatal_error().map(|(code, reason)| format!("{code:?}: {reason}"))
+}
+
 /// Watches rebalances and remembers which offsets are safe to commit.
 #[derive(Debug)]
 pub(crate) struct Context {

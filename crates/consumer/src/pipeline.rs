@@ -188,10 +188,8 @@ impl<D: Downstream> Pipeline<D> {
             match event {
                 Event::Stop => return Ok(()),
                 Event::ProducerFatal => {
-                    let reason = rdkafka::producer::Producer::client(&self.producer).fatal_error().map_or_else(
-                        || "the producer hit a fatal error".to_owned(),
-                        |(code, reason)| format!("producer: {code:?}: {reason}"),
-                    );
+                    let fatal = crate::kafka::fatal_error(rdkafka::producer::Producer::client(&self.producer));
+                    let reason = format!("producer: {}", fatal.as_deref().unwrap_or("a fatal error"));
                     return Err(Error::KafkaFatal { reason });
                 }
                 Event::Written(result) => {
@@ -274,9 +272,9 @@ impl<D: Downstream> Pipeline<D> {
     /// restarted, instead of idling on as if healthy.
     fn consumer_error(&self, error: &rdkafka::error::KafkaError) -> Result<(), Error> {
         Counters::add(&self.counters.kafka_errors, 1);
-        let fatal = self.consumer.client().fatal_error();
+        let fatal = crate::kafka::fatal_error(self.consumer.client());
         if fatal.is_some() || matches!(error, rdkafka::error::KafkaError::MessageConsumptionFatal(_)) {
-            let reason = fatal.map_or_else(|| error.to_string(), |(code, reason)| format!("{code:?}: {reason}"));
+            let reason = fatal.unwrap_or_else(|| error.to_string());
             tracing::error!(owner = %self.owner, %reason, "kafka consumer fatal error");
             return Err(Error::KafkaFatal { reason });
         }

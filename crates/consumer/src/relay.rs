@@ -108,9 +108,9 @@ impl Relay {
                 }
             };
             if round.failed > 0
-                && let Some((code, reason)) = rdkafka::producer::Producer::client(&self.producer).fatal_error()
+                && let Some(reason) = crate::kafka::fatal_error(rdkafka::producer::Producer::client(&self.producer))
             {
-                tracing::error!(owner = %self.owner, ?code, %reason, "the producer hit a fatal error; the consumer stops");
+                tracing::error!(owner = %self.owner, %reason, "the producer hit a fatal error; the consumer stops");
                 self.fatal.cancel();
                 break;
             }

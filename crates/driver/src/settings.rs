@@ -39,6 +39,19 @@ impl DriverSettings {
         Duration::from_millis(u64::try_from(self.lease_ms).unwrap_or(0))
     }
 
+    /// The problem of a shutdown wait of `deadline_ms` (the setting `key`) that is no longer
+    /// than a call's deadline: a drive in the middle of a call reaches its next durable point
+    /// within that deadline, and a shorter wait aborts it holding its lease, which then has to
+    /// run out for the next owner.
+    pub fn shutdown_wait_problem(&self, key: &str, deadline_ms: u64) -> Option<String> {
+        (deadline_ms <= self.rpc_timeout_ms).then(|| {
+            format!(
+                "{key} ({deadline_ms}) must be longer than driver.rpc_timeout_ms ({}): a drive in the middle of a call would be abandoned with its lease",
+                self.rpc_timeout_ms
+            )
+        })
+    }
+
     pub fn problems(&self, at: &str) -> Vec<String> {
         let mut problems = Vec::new();
         if !(1..=LEASE_MS_MAX).contains(&self.lease_ms) {

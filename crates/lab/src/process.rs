@@ -130,21 +130,10 @@ impl Supervisor {
         Ok(())
     }
 
-    /// SIGTERM, then wait (bounded) for the exit; SIGKILL if it does not come.
+    /// [`Supervisor::stop_together`] for one child: thawed, SIGTERM, then wait (bounded) for
+    /// the exit; SIGKILL if it does not come. `None` also for a child that was not running.
     pub fn stop(&mut self, name: &str) -> anyhow::Result<Option<i32>> {
-        self.signal(name, Signal::Term)?;
-        let deadline = Instant::now() + TERM_GRACE;
-        loop {
-            let running = self.children.get_mut(name).with_context(|| format!("no process named {name}"))?;
-            if let Some(status) = running.child.try_wait()? {
-                return Ok(status.code());
-            }
-            if Instant::now() > deadline {
-                self.signal(name, Signal::Kill)?;
-                return Ok(None);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        Ok(self.stop_together(&[name.to_owned()])?.pop().and_then(|(_, code)| code))
     }
 
     pub fn is_running(&mut self, name: &str) -> bool {
@@ -241,13 +230,14 @@ impl Drop for Supervisor {
     }
 }
 
+/// Supervisors of programs in /bin, for the lab's own tests.
 #[cfg(test)]
-mod tests {
+pub(crate) mod testing {
     use super::*;
 
     /// A supervisor of programs in /bin, logging to a directory of its own that goes with it.
-    struct Children {
-        supervisor: Supervisor,
+    pub(crate) struct Children {
+        pub supervisor: Supervisor,
         logs: PathBuf,
     }
 
@@ -258,15 +248,30 @@ mod tests {
         }
     }
 
-    fn supervisor(test: &str) -> Children {
+    pub(crate) fn supervisor(test: &str) -> Children {
         let logs = std::env::temp_dir().join(format!("midflight-lab-{test}-{}", std::process::id()));
         let supervisor = Supervisor::new(PathBuf::from("/bin"), logs.clone()).expect("supervisor");
         Children { supervisor, logs }
     }
 
-    fn spec(binary: &'static str, args: &[&str]) -> Spec {
+    pub(crate) fn spec(binary: &'static str, args: &[&str]) -> Spec {
         Spec { binary, args: args.iter().map(|a| (*a).to_owned()).collect(), env: Vec::new() }
     }
+
+    /// Waits (bounded) until `name` has exited.
+    pub(crate) fn wait_exited(children: &mut Supervisor, name: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while children.is_running(name) {
+            assert!(Instant::now() < deadline, "{name} still running after 30 s");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{spec, supervisor, wait_exited};
+    use super::*;
 
     #[test]
     fn each_restart_is_an_incarnation_of_its_own() {
@@ -277,11 +282,7 @@ mod tests {
         children.signal("x", Signal::Kill).expect("kill");
         assert_eq!(children.exited_incarnations(), vec![("x".to_owned(), 0, None)]);
         children.start("x", spec("false", &[])).expect("start again");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while children.is_running("x") {
-            assert!(Instant::now() < deadline, "`false` still running after 30 s");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_exited(children, "x");
         assert_eq!(children.exited_incarnations(), vec![("x".to_owned(), 1, Some(1))]);
     }
 

@@ -190,10 +190,9 @@ pub async fn execute(plan: Plan) -> anyhow::Result<RunReport> {
     let grace = Duration::from_millis(u64::try_from(plan.spec.lease_ms).unwrap_or(0) + plan.spec.rpc_timeout_ms);
     let mut settle_from = Instant::now();
     let mut quiescent = false;
-    // When everything last became settled (reset when work appears again), and the time to
-    // quiescence reported: that moment, not the end of the grace that confirmed it.
+    // When everything last became settled (reset when work appears again): the time to
+    // quiescence reported, not the end of the grace that confirmed it.
     let mut settled_at: Option<Duration> = None;
-    let mut settled_after = Duration::ZERO;
     let mut last_line = Instant::now();
     let mut waves: Vec<tokio::task::JoinHandle<anyhow::Result<Expected>>> = Vec::new();
     let mut unfired = Vec::new();
@@ -240,10 +239,9 @@ pub async fn execute(plan: Plan) -> anyhow::Result<RunReport> {
         }
         if pending.is_empty() && waves.is_empty() && done >= expected.messages() && drained(&system, legacy).await? {
             // Settled since this moment; quiescent once it held for the grace after the last step.
-            let since = *settled_at.get_or_insert_with(|| started.elapsed());
+            settled_at.get_or_insert_with(|| started.elapsed());
             if last_fired.elapsed() >= grace {
                 quiescent = true;
-                settled_after = since;
                 break;
             }
         } else {
@@ -258,7 +256,7 @@ pub async fn execute(plan: Plan) -> anyhow::Result<RunReport> {
         }
         // A child that died on its own (a crash, or a configuration it refused) ends the run:
         // waiting for work it will never do helps nobody.
-        let crashed = crashes(&mut system, &intentional);
+        let crashed = crashed(&mut system.processes, &intentional);
         if !crashed.is_empty() {
             for line in &crashed {
                 say(&progress, format!("{name}: {line}"));
@@ -272,8 +270,8 @@ pub async fn execute(plan: Plan) -> anyhow::Result<RunReport> {
         tokio::time::sleep(TICK).await;
     }
     progress.finish_and_clear();
-    let seconds = if quiescent { settled_after } else { started.elapsed() }.as_secs_f64();
-    let mut notes = crashes(&mut system, &intentional);
+    let seconds = settled_at.filter(|_| quiescent).unwrap_or_else(|| started.elapsed()).as_secs_f64();
+    let mut notes = crashed(&mut system.processes, &intentional);
     notes.append(&mut unfired);
     if !quiescent {
         notes.extend(unheld_partitions(&mut system).await);
@@ -400,7 +398,6 @@ async fn apply(system: &mut System, action: &Action, intentional: &mut BTreeMap<
         Action::Resume { target } if system.processes.is_running(target) => system.signal(target, Signal::Cont)?,
         Action::Stop { target } if system.processes.is_running(target) => {
             end_on_purpose(system, target);
-            system.signal(target, Signal::Cont)?;
             system.processes.stop(target)?;
         }
         Action::Kill { .. } | Action::Pause { .. } | Action::Resume { .. } | Action::Stop { .. } => return Ok(false),
@@ -457,12 +454,8 @@ async fn drained(system: &System, legacy: bool) -> anyhow::Result<bool> {
     Ok(!active && system.store.outbox_pending().await? == 0)
 }
 
-/// Children that exited without the schedule killing or stopping them.
-fn crashes(system: &mut System, intentional: &BTreeMap<String, u32>) -> Vec<String> {
-    crashed(&mut system.processes, intentional)
-}
-
-/// The incarnations in `children` that exited, less those in `intentional`.
+/// The incarnations in `children` that exited without the schedule killing or stopping them
+/// (those in `intentional`).
 fn crashed(children: &mut Supervisor, intentional: &BTreeMap<String, u32>) -> Vec<String> {
     children
         .exited_incarnations()
@@ -575,31 +568,21 @@ mod tests {
 
     #[test]
     fn a_crash_after_a_restart_is_a_crash() {
-        let logs = std::env::temp_dir().join(format!("midflight-lab-crashed-{}", std::process::id()));
-        let mut children = Supervisor::new(std::path::PathBuf::from("/bin"), logs.clone()).expect("supervisor");
-        let spec = |binary, args: &[&str]| crate::process::Spec {
-            binary,
-            args: args.iter().map(|a| (*a).to_owned()).collect(),
-            env: Vec::new(),
-        };
+        use crate::process::testing::{spec, supervisor, wait_exited};
+        let mut run = supervisor("crashed");
+        let children = &mut run.supervisor;
         children.start("consumer-1", spec("sleep", &["30"])).expect("start");
         // The schedule kills the first incarnation: not a crash.
         let mut intentional = BTreeMap::from([("consumer-1".to_owned(), 0)]);
         children.signal("consumer-1", Signal::Kill).expect("kill");
-        assert_eq!(crashed(&mut children, &intentional), Vec::<String>::new());
+        assert_eq!(crashed(children, &intentional), Vec::<String>::new());
         // Its restart dies on its own: a crash, though the name was killed on purpose before.
         children.start("consumer-1", spec("false", &[])).expect("restart");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while children.is_running("consumer-1") {
-            assert!(Instant::now() < deadline, "`false` still running after 30 s");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let crashes = crashed(&mut children, &intentional);
+        wait_exited(children, "consumer-1");
+        let crashes = crashed(children, &intentional);
         assert_eq!(crashes.len(), 1, "{crashes:?}");
         assert!(crashes[0].starts_with("crash: consumer-1 exited on its own (status Some(1))"), "{crashes:?}");
         intentional.insert("consumer-1".to_owned(), 1);
-        assert_eq!(crashed(&mut children, &intentional), Vec::<String>::new());
-        drop(children);
-        std::fs::remove_dir_all(&logs).ok();
+        assert_eq!(crashed(children, &intentional), Vec::<String>::new());
     }
 }

@@ -68,27 +68,28 @@ read _"#;
     assert!(gone, "the service outlived its supervisor by a minute");
 }
 
-#[test]
-fn a_parent_pid_that_is_no_pid_is_refused() {
+/// Runs mock-wms with `args` and `env` and asserts bad usage: exit 2, nothing printed on
+/// stdout (nothing else was done). Returns stderr.
+fn bad_usage(args: &[&str], env: &[(&str, &str)]) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_mock-wms"))
-        .env("MIDFLIGHT_PARENT_PID", "lab")
-        .arg("--print-config")
+        .envs(env.iter().copied())
+        .args(args)
         .output()
         .expect("run mock-wms");
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("MIDFLIGHT_PARENT_PID must be the process id"), "{stderr}");
     assert!(output.stdout.is_empty(), "nothing else was done");
+    stderr
+}
+
+#[test]
+fn a_parent_pid_that_is_no_pid_is_refused() {
+    let stderr = bad_usage(&["--print-config"], &[("MIDFLIGHT_PARENT_PID", "lab")]);
+    assert!(stderr.contains("MIDFLIGHT_PARENT_PID must be the process id"), "{stderr}");
 }
 
 #[test]
 fn a_log_filter_the_logger_cannot_read_is_bad_usage() {
-    let output = Command::new(env!("CARGO_BIN_EXE_mock-wms"))
-        .args(["--set", "telemetry.log_filter=info,x=notalevel", "--print-config"])
-        .output()
-        .expect("run mock-wms");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let stderr = bad_usage(&["--set", "telemetry.log_filter=info,x=notalevel", "--print-config"], &[]);
     assert!(stderr.contains("telemetry.log_filter"), "{stderr}");
-    assert!(output.stdout.is_empty(), "nothing else was done");
 }

@@ -31,9 +31,8 @@ impl Readiness {
     /// Ready or not; once [`Readiness::drain`] was called, never ready again (a start-up that
     /// completes after the first signal must not say ready while the service drains).
     pub fn set_ready(&self, ready: bool) {
-        let ready = ready && !self.draining.load(Ordering::Acquire);
         self.ready.store(ready, Ordering::Release);
-        // A drain between the check and the store wins.
+        // Checked after the store, so a drain before or during it wins.
         if self.draining.load(Ordering::Acquire) {
             self.ready.store(false, Ordering::Release);
         }

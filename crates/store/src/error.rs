@@ -64,9 +64,7 @@ impl Error {
         }
         false
     }
-}
 
-impl Error {
     /// A statement of a transaction the server refused for its values, before the commit: a
     /// value a column cannot hold or a constraint (MySQL's SQLSTATE classes 22 and 23, or a
     /// trigger's 45000; SQLite's TOOBIG, CONSTRAINT and MISMATCH). Nothing of the transaction

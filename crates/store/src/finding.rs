@@ -84,13 +84,7 @@ impl Store {
         operator: &str,
         note: &str,
     ) -> Result<Cas<()>, Error> {
-        check_step(step)?;
-        let open = manual_ticket::Entity::find_by_id((key.to_owned(), step.to_owned()))
-            .one(&self.db)
-            .await
-            .during("read finding ticket", Some(key))?
-            .filter(|row| row.state == "OPEN");
-        let Some(open) = open else { return Ok(Cas::Conflict) };
+        let Some(open) = self.open_finding_ticket_row(key, step).await? else { return Ok(Cas::Conflict) };
         if fingerprint_of(&open.evidence).as_deref() != Some(fingerprint) {
             return Ok(Cas::Conflict);
         }
@@ -113,12 +107,17 @@ impl Store {
 
     /// The finding an open reconciliation ticket holds (its fingerprint), if any.
     pub async fn open_finding(&self, key: &str, step: &str) -> Result<Option<String>, Error> {
+        Ok(self.open_finding_ticket_row(key, step).await?.and_then(|row| fingerprint_of(&row.evidence)))
+    }
+
+    /// The open reconciliation ticket of `key` at `step`, if any.
+    async fn open_finding_ticket_row(&self, key: &str, step: &str) -> Result<Option<manual_ticket::Model>, Error> {
         check_step(step)?;
         let row = manual_ticket::Entity::find_by_id((key.to_owned(), step.to_owned()))
             .one(&self.db)
             .await
             .during("read finding ticket", Some(key))?;
-        Ok(row.filter(|row| row.state == "OPEN").and_then(|row| fingerprint_of(&row.evidence)))
+        Ok(row.filter(|row| row.state == "OPEN"))
     }
 
     async fn insert_finding(

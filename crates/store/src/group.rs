@@ -127,7 +127,7 @@ async fn commit(store: &Store, mut group: Vec<(Member, Reply)>) {
     match store.write_group(&members).await {
         Ok(applied) => {
             for ((member, reply), applied) in members.into_iter().zip(replies).zip(applied) {
-                let _ = reply.send(Ok(if applied { Cas::Applied(member.into_written()) } else { Cas::Conflict }));
+                let _ = reply.send(Ok(written(member, applied)));
             }
         }
         Err(error) if members.len() > 1 && error.refused_before_commit() => {
@@ -138,8 +138,7 @@ async fn commit(store: &Store, mut group: Vec<(Member, Reply)>) {
             for (member, reply) in members.into_iter().zip(replies) {
                 let alone = store.write_group(std::slice::from_ref(&member)).await;
                 let outcome = match alone {
-                    Ok(applied) if applied.first() == Some(&true) => Ok(Cas::Applied(member.into_written())),
-                    Ok(_) => Ok(Cas::Conflict),
+                    Ok(applied) => Ok(written(member, applied.first() == Some(&true))),
                     Err(error) => Err(error.for_saga(&member.before.biz_id)),
                 };
                 let _ = reply.send(outcome);
@@ -151,6 +150,11 @@ async fn commit(store: &Store, mut group: Vec<(Member, Reply)>) {
             }
         }
     }
+}
+
+/// What a member's write came to, by whether its compare-and-set applied.
+fn written(member: Member, applied: bool) -> Cas<Saga> {
+    if applied { Cas::Applied(member.into_written()) } else { Cas::Conflict }
 }
 
 impl Store {
