@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 /// Highest `in_flight_max`: every saga in flight holds its row and a task in memory (a few KiB),
 /// so this caps the process at a few hundred MiB whatever the configuration says.
 pub const IN_FLIGHT_CEILING: usize = 100_000;
+/// Longest `pause_after_ms`: a rebalance may wait for the consumer's next poll this long.
+pub const PAUSE_AFTER_MS_MAX: u64 = 10_000;
 /// Most batches made durable at once.
 pub const BATCHES_IN_FLIGHT_MAX: usize = 16;
 /// Longest batch linger: every message of a batch waits up to this long before it is durable.
@@ -82,12 +84,24 @@ pub struct ConsumerSection {
     /// committed, and sagas started, in the order of the batches. 1 writes one batch at a time.
     pub batches_in_flight: usize,
     /// Sagas accepted (running or queued behind an earlier saga of their order) at once; at
-    /// this bound the consumer pauses its partitions, and a batch never takes more than the
+    /// this bound the consumer stops taking messages, and a batch never takes more than the
     /// room left. 2,000 is 4,000 msg/s x 0.5 s per saga, the user's peak.
     pub in_flight_max: usize,
-    /// Partitions are resumed once sagas in flight drop to this. A gap below `in_flight_max`
-    /// keeps the consumer from pausing and resuming on every finished saga.
+    /// The consumer takes messages again once sagas in flight drop to this. A gap below
+    /// `in_flight_max` keeps it from stopping and starting on every finished saga, and its
+    /// batches full.
     pub resume_below: usize,
+    /// How long the consumer may stop taking messages at `in_flight_max` before it pauses its
+    /// partitions. Until then the messages librdkafka has fetched wait in its queue and are
+    /// taken at once when room comes back; a pause throws that queue away, and after a resume
+    /// librdkafka fetches again only at its broker thread's next wake-up, up to a second later
+    /// (measured: the peak's consumers ran dry after every resume, BENCHMARKS.md). While
+    /// the consumer takes nothing, a rebalance waits for its next poll, so the stop is
+    /// bounded, and the pause serves rebalances through a long stop (a slow downstream).
+    /// 1 s is longer than the peak's stops on a 2-core box (the 500 sagas between
+    /// `in_flight_max` and `resume_below` end in about half a second) and far below
+    /// `kafka.max_poll_interval_ms`. 0 pauses at once.
+    pub pause_after_ms: u64,
     /// A saga not finished this long after it was received rolls back while it still can (a
     /// customer's order should not hang for hours). 15 minutes covers the longest outage the
     /// retry policy rides out.
@@ -120,6 +134,7 @@ impl Default for ConsumerSection {
             batches_in_flight: 4,
             in_flight_max: 2_000,
             resume_below: 1_500,
+            pause_after_ms: 1_000,
             saga_deadline_ms: 15 * 60_000,
             shutdown_deadline_ms: 10_000,
             delivery_timeout_ms: 10_000,
@@ -227,6 +242,12 @@ impl ConsumerSection {
         }
         if !(1..=IN_FLIGHT_CEILING).contains(&self.in_flight_max) {
             problems.push(format!("{at}.in_flight_max must be in 1..={IN_FLIGHT_CEILING}, got {}", self.in_flight_max));
+        }
+        if self.pause_after_ms > PAUSE_AFTER_MS_MAX {
+            problems.push(format!(
+                "{at}.pause_after_ms must be at most {PAUSE_AFTER_MS_MAX} (a rebalance waits that long), got {}",
+                self.pause_after_ms
+            ));
         }
         if self.resume_below >= self.in_flight_max {
             problems.push(format!(

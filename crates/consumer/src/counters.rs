@@ -85,7 +85,10 @@ counters! {
     aborted,
     /// Sagas accepted and not yet ended (running or queued behind their order): a gauge.
     in_flight,
-    /// Times the partitions were paused because `in_flight_max` was reached.
+    /// Times the consumer stopped taking messages because `in_flight_max` was reached.
+    stalls,
+    /// Times the partitions were paused because the consumer stayed at `in_flight_max`
+    /// longer than `pause_after_ms`.
     pauses,
     /// Offset commits sent (librdkafka reports the outcome of an asynchronous commit only
     /// through its log: a failure is logged as COMMITFAIL).

@@ -49,7 +49,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::{
     BATCH_LINGER_MS_MAX, ConsumerConfig, ConsumerSection, DELIVERY_TIMEOUT_MS_MAX, IN_FLIGHT_CEILING,
-    RELAY_LINGER_MS_MAX, RelaySection, SHUTDOWN_DEADLINE_MS_MAX,
+    PAUSE_AFTER_MS_MAX, RELAY_LINGER_MS_MAX, RelaySection, SHUTDOWN_DEADLINE_MS_MAX,
 };
 pub use counters::{Counters, Snapshot};
 pub use error::{Error, MessageRef};
@@ -129,6 +129,7 @@ pub async fn run_with<D: Downstream>(
         lease_ms: config.driver.lease_ms,
         counters,
         paused: false,
+        full_since: None,
         generation: 0,
         errors: kafka::Throttle::default(),
         pending: std::collections::VecDeque::new(),

@@ -16,8 +16,10 @@
 //! check cannot see rows of the batches written beside it; its sagas whose order is also in one
 //! of those are neither opened in the inbox nor marked checked: the driver checks when it starts.
 //!
-//! Flow control: at `in_flight_max` sagas the assigned partitions are paused (fetching stops,
-//! `recv` keeps serving rebalances) and resumed at `resume_below`.
+//! Flow control: at `in_flight_max` sagas the loop stops taking messages, and takes them again
+//! at `resume_below`; what librdkafka has fetched meanwhile waits in its queue. A stop longer
+//! than `pause_after_ms` pauses the assigned partitions (fetching stops and the queue is
+//! dropped, `recv` serves rebalances again) until the same `resume_below`.
 //!
 //! Shutdown: stop taking messages, stop the drivers (each stops before its next call and
 //! releases its lease), release the leases of queued sagas that never started, wait for running
@@ -82,6 +84,9 @@ pub(crate) struct Pipeline<D> {
     pub lease_ms: i64,
     pub counters: Arc<Counters>,
     pub paused: bool,
+    /// Since when the loop has taken no messages for being at `in_flight_max`; `None` while it
+    /// takes them.
+    pub full_since: Option<tokio::time::Instant>,
     /// The rebalance generation the pause state was last applied to.
     pub generation: u64,
     pub errors: Throttle,
@@ -98,6 +103,8 @@ pub(crate) struct Pipeline<D> {
 
 enum Event {
     Stop,
+    /// The stop at `in_flight_max` has lasted `pause_after_ms`.
+    PauseDue,
     ProducerFatal,
     Written(Result<Option<Durable>, Error>),
     Ended(Ended),
@@ -176,7 +183,10 @@ impl<D: Downstream> Pipeline<D> {
     pub(crate) async fn run(&mut self, shutdown: &CancellationToken) -> Result<(), Error> {
         loop {
             self.flow();
-            let room = self.pending.len() < self.settings.batches_in_flight;
+            // Paused, `recv` is polled for rebalances (and a message fetched before the pause).
+            let taking = self.full_since.is_none() || self.paused;
+            let room = self.pending.len() < self.settings.batches_in_flight && taking;
+            let pause_at = self.pause_at();
             let event = tokio::select! {
                 biased;
                 () = shutdown.cancelled() => Event::Stop,
@@ -184,9 +194,12 @@ impl<D: Downstream> Pipeline<D> {
                 written = oldest(&mut self.pending) => Event::Written(written),
                 Some(ended) = self.scheduler.join_next() => Event::Ended(ended),
                 message = recv(&self.consumer), if room => Event::Message(message),
+                () = tokio::time::sleep_until(pause_at.unwrap_or_else(tokio::time::Instant::now)),
+                    if pause_at.is_some() => Event::PauseDue,
             };
             match event {
                 Event::Stop => return Ok(()),
+                Event::PauseDue => {}
                 Event::ProducerFatal => {
                     let fatal = crate::kafka::fatal_error(rdkafka::producer::Producer::client(&self.producer));
                     let reason = format!("producer: {}", fatal.as_deref().unwrap_or("a fatal error"));
@@ -452,28 +465,45 @@ impl<D: Downstream> Pipeline<D> {
         self.scheduler.accept(Job { biz_id: saga.biz_id, order_no: saga.order_no, kind: JobKind::Claim });
     }
 
-    /// Pauses the assignment at `in_flight_max`, resumes it at `resume_below`, re-pauses
-    /// partitions assigned while paused, and resumes partitions assigned while not: librdkafka
-    /// keeps an application's pause on a partition across its revocation and reassignment (a
-    /// partition unassigned while paused and assigned again is not fetched until resumed), and
-    /// a resume covers only the assignment of its day.
+    /// Stops taking messages at `in_flight_max` and takes them again at `resume_below`; pauses
+    /// the assignment once a stop has lasted `pause_after_ms` and resumes it at the same
+    /// `resume_below`. Re-pauses partitions assigned while paused, and resumes partitions
+    /// assigned while not: librdkafka keeps an application's pause on a partition across its
+    /// revocation and reassignment (a partition unassigned while paused and assigned again is
+    /// not fetched until resumed), and a resume covers only the assignment of its day.
     fn flow(&mut self) {
         let in_flight = self.scheduler.len() + self.pending_messages();
         let generation = self.consumer.context().generation();
         let moved = generation != self.generation;
         self.generation = generation;
-        if self.paused && in_flight <= self.settings.resume_below {
-            self.paused = false;
-            tracing::info!(owner = %self.owner, in_flight, "resuming partitions");
-            self.apply(false);
-        } else if !self.paused && in_flight >= self.settings.in_flight_max {
+        let mut changed = false;
+        if self.full_since.is_some() && in_flight <= self.settings.resume_below {
+            self.full_since = None;
+            if self.paused {
+                self.paused = false;
+                changed = true;
+                tracing::info!(owner = %self.owner, in_flight, "resuming partitions");
+            }
+        } else if self.full_since.is_none() && in_flight >= self.settings.in_flight_max {
+            self.full_since = Some(tokio::time::Instant::now());
+            Counters::add(&self.counters.stalls, 1);
+            tracing::debug!(owner = %self.owner, in_flight, "in-flight limit reached; taking no messages");
+        }
+        if self.pause_at().is_some_and(|at| at <= tokio::time::Instant::now()) {
             self.paused = true;
+            changed = true;
             Counters::add(&self.counters.pauses, 1);
-            tracing::info!(owner = %self.owner, in_flight, "in-flight limit reached; pausing partitions");
-            self.apply(true);
-        } else if moved {
+            tracing::info!(owner = %self.owner, in_flight, "in-flight limit held past pause_after_ms; pausing partitions");
+        }
+        if changed || moved {
             self.apply(self.paused);
         }
+    }
+
+    /// When the current stop at `in_flight_max` pauses the partitions, if they are not paused.
+    fn pause_at(&self) -> Option<tokio::time::Instant> {
+        let after = Duration::from_millis(self.settings.pause_after_ms);
+        self.full_since.filter(|_| !self.paused).map(|since| since + after)
     }
 
     fn apply(&self, pause: bool) {

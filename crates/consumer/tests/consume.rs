@@ -362,7 +362,8 @@ async fn recover_abandoned(store: &Store, downstream: &Recorded) {
 
 async fn rebalance_on(db: &TestDb, broker: Broker) {
     // The user's downstream latencies, and a small in-flight bound, so that a backlog waits in
-    // Kafka and sagas are mid-flight while partitions move (and the pause is exercised).
+    // Kafka and sagas are mid-flight while partitions move (and the pause is exercised: at once
+    // at the bound).
     let mut options =
         MockOptions { wms_faults: fault("LockStock", MethodFaults::with_latency(60, 180)), ..MockOptions::default() };
     options.logistics_faults = fault("CreateShipment", MethodFaults::with_latency(110, 320));
@@ -370,6 +371,7 @@ async fn rebalance_on(db: &TestDb, broker: Broker) {
     let config = |instance: &str| {
         let mut config = harness.config("g", instance);
         (config.consumer.in_flight_max, config.consumer.resume_below) = (16, 8);
+        config.consumer.pause_after_ms = 0;
         config
     };
     let waves: Vec<Vec<OrderEvent>> =
@@ -432,6 +434,36 @@ async fn rebalance(db: &TestDb) {
     rebalance_on(db, Broker::Embedded).await;
 }
 both_engines!(rebalance_moves_partitions_without_loss_or_repeat, rebalance);
+
+/// At `in_flight_max` the consumer stops taking messages and takes them again at
+/// `resume_below` without pausing its partitions while the stop is shorter than
+/// `pause_after_ms`: what librdkafka fetched waits in its queue, and nothing is lost or taken
+/// twice.
+async fn short_stops_at_the_bound(db: &TestDb) {
+    let options =
+        MockOptions { wms_faults: fault("LockStock", MethodFaults::with_latency(20, 60)), ..MockOptions::default() };
+    let harness = Harness::start(options).await;
+    let events = orders("S", 120);
+    harness.produce_events(&events).await;
+    let mut config = harness.config("g", "c");
+    (config.consumer.in_flight_max, config.consumer.resume_below) = (16, 8);
+    // Far longer than any stop here lasts (16 sagas of one call of at most 60 ms each).
+    config.consumer.pause_after_ms = midflight_consumer::PAUSE_AFTER_MS_MAX;
+    let consumer = harness.start_consumer(config, &db.store);
+    eventually("every saga DONE", || async {
+        let s = consumer.snapshot();
+        if s.done == 120 { Ok(()) } else { Err(format!("{s:?}")) }
+    })
+    .await;
+    let s = consumer.stop().await;
+    assert!(s.stalls > 0, "the backlog reached the in-flight bound: {s:?}");
+    assert_eq!(s.pauses, 0, "no stop lasted pause_after_ms: {s:?}");
+    assert_eq!((s.received, s.fresh, s.skipped), (120, 120, 0), "each message taken once: {s:?}");
+    assert_eq!(statuses(&db.store).await, BTreeMap::from([(Status::Done, 120)]));
+    assert_sent_once(&harness.downstream, Call::LockStock, &events);
+    harness.assert_all_committed("g").await;
+}
+both_engines!(a_short_stop_at_the_in_flight_bound_does_not_pause, short_stops_at_the_bound);
 
 /// The same on a second implementation of the Kafka protocol, with a group coordinator of its
 /// own (`MIDFLIGHT_TEST_KAFKA`).
