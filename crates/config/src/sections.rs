@@ -23,7 +23,8 @@ pub struct KafkaSection {
     /// `session.timeout.ms`: 45 s is Kafka's default and what the incident ran with.
     /// A longer one only makes the window rarer (MISSION.md, attempt 1); correctness comes from the table.
     pub session_timeout_ms: u64,
-    /// `max.poll.interval.ms`: the consumer polls continuously (sagas run on other tasks), so the default is fine.
+    /// `max.poll.interval.ms`: the consumer polls continuously (sagas run on other tasks) but for a
+    /// stop at its in-flight bound of at most `consumer.pause_after_ms`, so the default is fine.
     pub max_poll_interval_ms: u64,
     /// `group.instance.id` for static membership; `None` for dynamic membership.
     pub group_instance_id: Option<String>,

@@ -305,6 +305,12 @@ impl Config for ConsumerConfig {
         problems.extend(
             self.driver.shutdown_wait_problem("consumer.shutdown_deadline_ms", self.consumer.shutdown_deadline_ms),
         );
+        if self.consumer.pause_after_ms >= self.kafka.max_poll_interval_ms {
+            problems.push(format!(
+                "consumer.pause_after_ms ({}) must be below kafka.max_poll_interval_ms ({}): the consumer does not poll while it waits to pause, and would leave its group",
+                self.consumer.pause_after_ms, self.kafka.max_poll_interval_ms
+            ));
+        }
         problems.extend(self.rules.wms.problems("rules.wms"));
         problems.extend(self.rules.logistics.problems("rules.logistics"));
         problems.extend(self.rules.retry.problems("rules.retry"));
@@ -360,6 +366,8 @@ mod tests {
         config.consumer.relay.claim_ms = 5_000;
         config.consumer.relay.linger_ms = 5_000;
         config.runtime.worker_threads = 257;
+        config.consumer.pause_after_ms = 10_001;
+        config.kafka.max_poll_interval_ms = 10_000;
         let problems = config.problems();
         let text = problems.join("\n");
         assert!(text.contains("consumer.in_flight_max must be in 1..=100000, got 0"), "{text}");
@@ -372,7 +380,15 @@ mod tests {
         );
         assert!(text.contains("consumer.relay.linger_ms must be at most 1000, got 5000"), "{text}");
         assert!(text.contains("runtime.worker_threads must be at most 256 (0: one per core), got 257"), "{text}");
-        assert_eq!(problems.len(), 7, "{text}");
+        assert!(
+            text.contains("consumer.pause_after_ms must be at most 10000 (a rebalance waits that long), got 10001"),
+            "{text}"
+        );
+        assert!(
+            text.contains("consumer.pause_after_ms (10001) must be below kafka.max_poll_interval_ms (10000)"),
+            "{text}"
+        );
+        assert_eq!(problems.len(), 9, "{text}");
 
         // A claim just longer than a delivery is not enough: the wait for the producer's
         // queue and the statements around it come on top.
