@@ -10,10 +10,13 @@
 //! Why a `StreamConsumer`: the pipeline waits on Kafka, on finished sagas and on shutdown at
 //! once (`tokio::select!`), without a thread of its own. Rebalance callbacks run inside
 //! `recv()`, which the pipeline calls whenever fewer than `consumer.batches_in_flight` batches
-//! are being written (also while paused), so they are served promptly, and never while a batch
-//! is half made durable. While that many batches are being written, or a batch's clock read is
-//! being tried again, they wait: for as long as the database takes, at most the tries of a
-//! batch (the eighth failed try stops the process; design.md, Gaps).
+//! are being written and it is taking messages (paused, it calls `recv()` again under the same
+//! bound), so they are served promptly, and never while a batch is half made durable. They
+//! wait while that many batches are being written, or a batch's clock read is being tried
+//! again: for as long as the database takes, at most the tries of a batch (the eighth failed
+//! try stops the process; design.md, Gaps). They also wait while the pipeline has stopped
+//! taking messages at `consumer.in_flight_max` and has not paused yet: at most
+//! `consumer.pause_after_ms`, which the config check keeps below `kafka.max_poll_interval_ms`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

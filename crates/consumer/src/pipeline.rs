@@ -183,7 +183,8 @@ impl<D: Downstream> Pipeline<D> {
     pub(crate) async fn run(&mut self, shutdown: &CancellationToken) -> Result<(), Error> {
         loop {
             self.flow();
-            // Paused, `recv` is polled for rebalances (and a message fetched before the pause).
+            // Paused, `recv` is polled for rebalances. A partition assigned inside it is paused
+            // only by the next `flow`, so its first messages can still arrive.
             let taking = self.full_since.is_none() || self.paused;
             let room = self.pending.len() < self.settings.batches_in_flight && taking;
             let pause_at = self.pause_at();
@@ -228,8 +229,9 @@ impl<D: Downstream> Pipeline<D> {
     /// Gathers more messages after `first`, for up to `batch_linger_ms` while an earlier batch
     /// is being written (`batch_linger_idle_ms` while none is; both 0 by default: only what has
     /// already been fetched), up to `batch_max` or the room left below `in_flight_max`, whichever is
-    /// less: a batch never carries the in-flight count far past its bound (only a message
-    /// already fetched when the partitions were paused can). Nor does it take more once its
+    /// less: a batch never carries the in-flight count far past its bound (only the first
+    /// messages of a partition assigned while paused can, until the next `flow` pauses it
+    /// too; a pause drops what librdkafka had fetched). Nor does it take more once its
     /// payloads reach [`BATCH_PAYLOAD_BYTES_MAX`].
     ///
     /// Also returns, per partition, the assignment its messages were read under (rebalance

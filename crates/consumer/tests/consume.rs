@@ -360,10 +360,20 @@ async fn recover_abandoned(store: &Store, downstream: &Recorded) {
     }
 }
 
-async fn rebalance_on(db: &TestDb, broker: Broker) {
+/// How a rebalance test's consumers stop at the in-flight bound.
+#[derive(Clone, Copy, PartialEq)]
+enum AtTheBound {
+    /// Pause the partitions at once (`pause_after_ms=0`).
+    Pause,
+    /// Only stop taking messages, never long enough to pause: a rebalance that comes during a
+    /// stop is served when the stop ends.
+    Stop,
+}
+
+async fn rebalance_on(db: &TestDb, broker: Broker, at_the_bound: AtTheBound) {
     // The user's downstream latencies, and a small in-flight bound, so that a backlog waits in
-    // Kafka and sagas are mid-flight while partitions move (and the pause is exercised: at once
-    // at the bound).
+    // Kafka and sagas are mid-flight while partitions move, the consumers mostly stopped at the
+    // bound.
     let mut options =
         MockOptions { wms_faults: fault("LockStock", MethodFaults::with_latency(60, 180)), ..MockOptions::default() };
     options.logistics_faults = fault("CreateShipment", MethodFaults::with_latency(110, 320));
@@ -371,7 +381,10 @@ async fn rebalance_on(db: &TestDb, broker: Broker) {
     let config = |instance: &str| {
         let mut config = harness.config("g", instance);
         (config.consumer.in_flight_max, config.consumer.resume_below) = (16, 8);
-        config.consumer.pause_after_ms = 0;
+        config.consumer.pause_after_ms = match at_the_bound {
+            AtTheBound::Pause => 0,
+            AtTheBound::Stop => midflight_consumer::PAUSE_AFTER_MS_MAX,
+        };
         config
     };
     let waves: Vec<Vec<OrderEvent>> =
@@ -415,7 +428,13 @@ async fn rebalance_on(db: &TestDb, broker: Broker) {
     .await;
     let kept = second.stop().await;
     eprintln!("first consumer: {left:?}\nsecond consumer: {kept:?}");
-    assert!(left.pauses > 0, "the backlog hit the in-flight bound: {left:?}");
+    match at_the_bound {
+        AtTheBound::Pause => assert!(left.pauses > 0, "the backlog hit the in-flight bound: {left:?}"),
+        AtTheBound::Stop => {
+            assert!(left.stalls > 0 && kept.stalls > 0, "the backlog hit the bound: first {left:?}\nsecond {kept:?}");
+            assert_eq!(left.pauses + kept.pauses, 0, "no stop lasted pause_after_ms: first {left:?}\nsecond {kept:?}");
+        }
+    }
     assert_eq!(left.fresh + kept.fresh, total, "every message inserted once: first {left:?}\nsecond {kept:?}");
 
     // Whatever the first left mid-way is in the table, resumable by recovery: nothing lost.
@@ -431,9 +450,16 @@ async fn rebalance_on(db: &TestDb, broker: Broker) {
     harness.assert_all_committed("g").await;
 }
 async fn rebalance(db: &TestDb) {
-    rebalance_on(db, Broker::Embedded).await;
+    rebalance_on(db, Broker::Embedded, AtTheBound::Pause).await;
 }
 both_engines!(rebalance_moves_partitions_without_loss_or_repeat, rebalance);
+
+/// The same with the consumers stopped at the bound and never paused: the rebalance waits for
+/// the stop to end, and nothing is lost or repeated.
+async fn rebalance_while_stopped(db: &TestDb) {
+    rebalance_on(db, Broker::Embedded, AtTheBound::Stop).await;
+}
+both_engines!(a_rebalance_during_a_stop_at_the_bound_loses_and_repeats_nothing, rebalance_while_stopped);
 
 /// At `in_flight_max` the consumer stops taking messages and takes them again at
 /// `resume_below` without pausing its partitions while the stop is shorter than
@@ -469,7 +495,7 @@ both_engines!(a_short_stop_at_the_in_flight_bound_does_not_pause, short_stops_at
 /// own (`MIDFLIGHT_TEST_KAFKA`).
 async fn rebalance_on_external(db: &TestDb) {
     if let Some(bootstrap) = test_external_kafka() {
-        rebalance_on(db, Broker::External(bootstrap)).await;
+        rebalance_on(db, Broker::External(bootstrap), AtTheBound::Pause).await;
     }
 }
 both_engines!(rebalance_on_an_external_kafka_without_loss_or_repeat, rebalance_on_external);
