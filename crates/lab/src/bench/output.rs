@@ -31,7 +31,8 @@ pub struct Machine {
     pub cores: usize,
     pub memory_gib: f64,
     pub commit: String,
-    /// MariaDB's version and `innodb_flush_log_at_trx_commit`, when a server was given.
+    /// MariaDB's version, `innodb_flush_log_at_trx_commit`, `log_bin` and `thread_handling`
+    /// (when the server has that variable), when a server was given.
     pub mariadb: Option<String>,
     pub date_unix_s: u64,
 }
@@ -95,8 +96,16 @@ async fn mariadb_settings(url: &str) -> Option<String> {
     let version: String = row.try_get("", "v").ok()?;
     let flush: i64 = row.try_get("", "f").ok()?;
     let binlog: i64 = row.try_get("", "b").ok()?;
+    let mut line = format!("{version}, innodb_flush_log_at_trx_commit={flush}, log_bin={binlog}");
+    // Asked apart: a server without the variable still reports the rest.
+    let threads = "SELECT CAST(@@thread_handling AS CHAR) AS t";
+    if let Ok(Some(row)) = db.query_one_raw(Statement::from_string(db.get_database_backend(), threads)).await
+        && let Ok(handling) = row.try_get::<String>("", "t")
+    {
+        line.push_str(&format!(", thread_handling={handling}"));
+    }
     db.close().await.ok();
-    Some(format!("{version}, innodb_flush_log_at_trx_commit={flush}, log_bin={binlog}"))
+    Some(line)
 }
 
 /// The per-system numbers of `--report-json`.
