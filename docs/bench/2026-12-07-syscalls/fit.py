@@ -1,19 +1,15 @@
 #!/usr/bin/env python3
 """Least squares of the box's CPU a message on the context switches a message of the system's
 processes (consumers, mocks, MariaDB, lab; perf stat over 10 s), over the runs named."""
-import csv, sys, pathlib
+import pathlib, sys
+
+from census import ROLES, counts, phase
+
 pts = []
 for d in sys.argv[1:]:
-    p = pathlib.Path(d)
-    row = list(csv.DictReader(open(p / 'phases.csv')))[0]
-    msgs = float(row['msgs_per_s']) * 10
-    sw = 0.0
-    for role in ['consumers', 'mocks', 'mariadb', 'lab']:
-        for line in (p / f'stat-{role}.txt').read_text().splitlines():
-            parts = line.split(',')
-            if len(parts) > 2 and parts[2] == 'context-switches':
-                sw += float(parts[0])
-    pts.append((p.name, sw / msgs, float(row['cpu_box_ms'])))
+    row, msgs = phase(d)
+    sw = sum(counts(d, role)['context-switches'] for role in ROLES)
+    pts.append((pathlib.Path(d).name, sw / msgs, float(row['cpu_box_ms'])))
 n = len(pts)
 mx = sum(x for _, x, _ in pts) / n
 my = sum(y for _, _, y in pts) / n
