@@ -2,8 +2,9 @@
 """mariadbd's flat cpu-clock profile (pools.sh's mariadb.perf, stored by keep.sh as perf report's
 text in mariadb-perf.txt) by kind: kernel, libc, the server's exported symbols (the SQL layer and
 what else it exports), and its unexported code (InnoDB's, mostly), the last split into samples in
-a spin-wait (a PAUSE instruction at the sampled address or just before it) and the rest. Debian's mariadbd is stripped of InnoDB's symbols;
-its text segment is mapped at file offset = address, so the bytes are read from the binary."""
+a spin-wait (a PAUSE instruction at the sampled address or just before it) and the rest. Debian's
+mariadbd is stripped of InnoDB's symbols; its text segment is mapped at file offset = address, so
+the bytes are read from the binary."""
 import re, sys
 
 BIN = '/usr/sbin/mariadbd'

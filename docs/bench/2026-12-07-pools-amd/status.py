@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """MariaDB's SHOW GLOBAL STATUS counters a message over each run's 10 s window (status0.txt to
-status1.txt), side by side. Messages in the window = the phase's msg/s x 10 s, as census.py of
-2026-12-07-syscalls. Prints the counters that moved in every run; with --all, every counter that moved."""
-import csv, sys, pathlib
+status1.txt), side by side. The phase's row and the messages in the window come from census.py of
+2026-12-07-syscalls (msg/s x 10 s). Prints the counters that moved in every run; with --all, every
+counter that moved."""
+import sys, pathlib
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / '2026-12-07-syscalls'))
+from census import phase  # noqa: E402
 
 # Counters that are levels, not counts: their difference is not a rate.
 LEVELS = {'Threads_running', 'Threads_connected', 'Threads_cached', 'Open_tables', 'Open_files',
@@ -23,8 +27,7 @@ def status(f):
 
 
 def per_msg(run):
-    row = list(csv.DictReader(open(pathlib.Path(run) / 'r' / 'phases.csv')))[0]
-    msgs = float(row['msgs_per_s']) * 10
+    row, msgs = phase(pathlib.Path(run) / 'r')
     a, b = status(pathlib.Path(run) / 'status0.txt'), status(pathlib.Path(run) / 'status1.txt')
     return row, {k: (b[k] - a[k]) / msgs for k in b if k in a and k not in LEVELS and not k.startswith('Innodb_lsn')}
 
@@ -33,7 +36,8 @@ if __name__ == '__main__':
     args = [a for a in sys.argv[1:] if a != '--all']
     runs = [(pathlib.Path(d).name, *per_msg(d)) for d in args]
     keys = sorted({k for _, _, v in runs for k in v})
-    moved = [k for k in keys if (all(v.get(k, 0) != 0 for _, _, v in runs) if '--all' not in sys.argv else any(v.get(k, 0) != 0 for _, _, v in runs))]
+    every_run = any if '--all' in sys.argv else all
+    moved = [k for k in keys if every_run(v.get(k, 0) != 0 for _, _, v in runs)]
     print(f"{'counter a message':42}" + ''.join(f"{n:>14}" for n, _, _ in runs))
     print(f"{'(msg/s)':42}" + ''.join(f"{float(r['msgs_per_s']):>14.0f}" for _, r, _ in runs))
     for k in moved:
