@@ -35,6 +35,7 @@ mod commit_probe;
 mod cpu;
 mod output;
 mod phase;
+mod tally;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

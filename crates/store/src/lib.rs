@@ -64,7 +64,7 @@ pub use lookup::{LedgerView, ViewPage};
 pub use operator::{OPERATOR_ACTOR, TRACKING_NO_LEN_MAX};
 pub use outbox::OutboxMessage;
 pub use purge::Purged;
-pub use read::{OrderRow, Transition};
+pub use read::{OrderRow, RangeCount, Transition};
 pub use scan::{ScanCursor, ScanPage, Unreadable};
 pub use stats::{StoreCounters, StoreStats};
 pub use ticket::saga_json;

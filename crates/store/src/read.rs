@@ -35,6 +35,17 @@ impl Transition {
     }
 }
 
+/// What [`Store::count_status_from`] read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RangeCount {
+    /// Rows in the status whose lease expiry is at or after the range's start.
+    pub from: u64,
+    /// Of those, the rows whose lease expiry is before the bound given.
+    pub below: u64,
+    /// The database clock, in the same statement.
+    pub now_ms: i64,
+}
+
 /// A row of the business table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OrderRow {
@@ -374,6 +385,30 @@ impl Store {
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
+    /// Sagas in `status` whose `lease_until_ms` is at or after `from_ms`, how many of those lie
+    /// before `below_ms`, and the database clock when they were counted: one range of
+    /// `saga_recovery` (status, then lease expiry), no table rows read. A finished row's
+    /// `lease_until_ms` is no earlier than the clock reading of the write that finished it, so a
+    /// caller that moves `from_ms` forward as time passes counts finished sagas at a cost that
+    /// follows how many finished since then, not how many the table holds.
+    pub async fn count_status_from(&self, status: Status, from_ms: i64, below_ms: i64) -> Result<RangeCount, Error> {
+        let sql = count_status_from_sql(self.backend);
+        let values: [Value; 3] = [below_ms.into(), status.as_str().into(), from_ms.into()];
+        let operation = "count sagas in a status from a lease expiry on";
+        let row = self
+            .db
+            .query_one_raw(Statement::from_sql_and_values(self.backend, sql, values))
+            .await
+            .during(operation, None)?
+            .ok_or_else(|| Error::Invalid("the database returned no row for a count".to_owned()))?;
+        let count = |column: &str| -> Result<u64, Error> {
+            let n: i64 = row.try_get("", column).during(operation, None)?;
+            Ok(u64::try_from(n).unwrap_or(0))
+        };
+        let now_ms: i64 = row.try_get("", "now_ms").during(operation, None)?;
+        Ok(RangeCount { from: count("n")?, below: count("below")?, now_ms })
+    }
+
     /// Non-terminal sagas per lease owner: what each process has in flight (a benchmark gauge).
     pub async fn in_flight_by_owner(&self) -> Result<Vec<(String, u64)>, Error> {
         let sql = format!(
@@ -488,6 +523,16 @@ fn first_unfinished_sql(backend: sea_orm::DbBackend, orders: usize, extra: &str)
         dialect::through_index(backend, "saga", "saga_order"),
         dialect::placeholders(orders),
         terminal_list()
+    )
+}
+
+/// [`Store::count_status_from`]'s statement: the bound, the status, the range's start.
+fn count_status_from_sql(backend: sea_orm::DbBackend) -> String {
+    format!(
+        "SELECT COUNT(*) AS n, COUNT(CASE WHEN lease_until_ms < ? THEN 1 END) AS below, {} AS now_ms \
+         FROM {} WHERE status = ? AND lease_until_ms >= ?",
+        dialect::now_ms(backend),
+        dialect::through_index(backend, "saga", "saga_recovery")
     )
 }
 
@@ -698,6 +743,45 @@ mod tests {
         }
     }
     crate::both_engines!(oldest_finished_is_an_index_read, oldest_finished_reads_the_first_index_entry);
+
+    /// A status counted from a lease expiry on: the rows at or after the start, those of them
+    /// before the bound, the database clock, all from one range of `saga_recovery`.
+    async fn status_counted_from_a_lease_expiry(db: &TestDb) {
+        use midflight_model::Status::{Done, RolledBack};
+        let store = &db.store;
+        let empty = store.count_status_from(Done, i64::MIN, i64::MIN).await.expect("count");
+        assert_eq!((empty.from, empty.below), (0, 0), "an empty table");
+        let sagas = arrive_orders(store, &["CNT-0", "CNT-1", "CNT-2", "CNT-3", "CNT-4"]).await;
+        for (saga, status, lease_until_ms) in [
+            (&sagas[0], "DONE", 1_000),
+            (&sagas[1], "DONE", 2_000),
+            (&sagas[2], "DONE", 3_000),
+            (&sagas[3], "ROLLED_BACK", 2_500),
+            (&sagas[4], "WMS_REQUESTED", 2_000),
+        ] {
+            let sql = format!(
+                "UPDATE saga SET status = '{status}', lease_until_ms = {lease_until_ms} WHERE biz_id = '{}'",
+                saga.biz_id
+            );
+            store.db.execute_raw(Statement::from_string(store.backend, sql)).await.expect("set");
+        }
+        let before = store.now_ms().await.expect("clock");
+        let all = store.count_status_from(Done, i64::MIN, i64::MIN).await.expect("count");
+        assert_eq!((all.from, all.below), (3, 0), "every DONE row, none below the lowest bound");
+        let range = store.count_status_from(Done, 2_000, 3_000).await.expect("count");
+        assert_eq!((range.from, range.below), (2, 1), "2,000 and 3,000 from 2,000 on; 2,000 below 3,000");
+        let past = store.count_status_from(Done, 3_001, 5_000).await.expect("count");
+        assert_eq!((past.from, past.below), (0, 0), "nothing after the last");
+        let other = store.count_status_from(RolledBack, 0, i64::MAX).await.expect("count");
+        assert_eq!((other.from, other.below), (1, 1), "another status counts its own rows");
+        // The store's clock is an estimate kept between readings; the statement's is read fresh.
+        assert!((range.now_ms - before).abs() < 60_000, "clock {} against {before}", range.now_ms);
+
+        let values = vec![Value::from(3_000_i64), Value::from("DONE"), Value::from(2_000_i64)];
+        let plan = plan_of(store, &super::count_status_from_sql(store.backend), values).await;
+        assert!(plan.iter().any(|step| step.contains("saga_recovery")), "plan {plan:?} does not use saga_recovery");
+    }
+    crate::both_engines!(status_count_from_a_lease_expiry, status_counted_from_a_lease_expiry);
 
     /// Rows whose status this version does not know are counted by status, whatever their
     /// place among the known ones; the walk seeks `saga_recovery` and stops at its bound.
