@@ -5,18 +5,10 @@ messages are the phase's msg/s times the window's length, so its per-message fig
 window's rate to be the phase's."""
 import csv, pathlib, re, sys
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / '2026-12-07-pools-amd'))
+from status import status  # noqa: E402
+
 COUNTERS = ['Rows_read', 'Handler_read_next', 'Handler_read_key', 'Com_select']
-
-
-def status(f):
-    v = {}
-    for line in pathlib.Path(f).read_text().splitlines():
-        k, _, x = line.partition('\t')
-        try:
-            v[k] = float(x)
-        except ValueError:
-            pass
-    return v
 
 
 def run(d):
