@@ -17,8 +17,9 @@
 
 use midflight_store::RangeCount;
 
-/// How far behind the database clock of the last sample the settled part ends. Longer than any
-/// group transaction stays open between its compare-and-set and its commit; a sample reads
+/// How far behind the database clock of the last sample the settled part ends. Taken to be longer
+/// than any group transaction stays open between its compare-and-set and its commit (not
+/// measured; the drain's full count would show a miss); a sample reads
 /// about this many seconds of finished sagas, plus the seconds since the last sample.
 pub const SETTLE_MS: i64 = 10_000;
 
@@ -71,7 +72,6 @@ mod tests {
         // A saga finishing at clock t gets an expiry from t (a released lease) to t + 30 s.
         let mut tally = DoneTally::default();
         let mut expiries = Vec::new();
-        let mut samples = 0;
         for second in 0..120_i64 {
             let now_ms = 1_000_000 + second * 1_000;
             for n in 0..(second % 7) * 10 {
@@ -79,9 +79,7 @@ mod tests {
             }
             let done = tally.add(count(&expiries, tally.range(), now_ms));
             assert_eq!(done, expiries.len() as u64, "at second {second}");
-            samples += 1;
         }
-        assert_eq!(samples, 120);
         assert!(!expiries.is_empty());
     }
 
