@@ -158,14 +158,18 @@ pub struct RelaySection {
     /// How long a claim protects rows from other relays. At least `delivery_timeout_ms` plus
     /// [`RELAY_CLAIM_MARGIN_MS`] (the wait for room in the producer's queue and the statements
     /// around a delivery), so a claim does not run out under a delivery still in progress,
-    /// which another relay would then make again.
+    /// which another relay would then make again. The outbox rows of the sagas this process
+    /// finishes are written with such a claim for its relay; one the relay is never handed
+    /// (its handoff was full, or the process died first) waits this long for a scan.
     pub claim_ms: i64,
-    /// How long the relay sleeps when the outbox is empty. A saga finished by this process
-    /// wakes it, so this only bounds the delay for rows written elsewhere.
+    /// How often the relay scans for rows nobody holds: written by the recovery worker or an
+    /// operator, released by a relay that stopped, or whose claim ran out. The rows of the
+    /// sagas this process finishes are handed to it at once and do not wait for a scan.
     pub idle_ms: u64,
     /// How long the relay gathers rows before a round that follows a wake-up or a round that
-    /// was not full. Without it a relay under a steady load claims a row or two per round,
-    /// and every round costs the database four statements and two commits; a full round
+    /// was not full. Without it a relay under a steady load publishes a row or two per round,
+    /// and every round costs the database two statements and a commit (a read of the rows
+    /// handed to it and their mark; a scan's round costs four and two commits); a full round
     /// (`batch_max` rows) is followed at once. A notification waits at most this much longer.
     pub linger_ms: u64,
 }

@@ -101,8 +101,16 @@ counters! {
     partitions_revoked,
     /// Notifications published by the relay.
     published,
+    /// Of `published`, those of sagas this process finished, handed to the relay with their
+    /// rows claimed at insert; the rest were found by its scans (rows written by the recovery
+    /// worker or an operator, or left by a relay that stopped).
+    relay_handed,
     /// Notifications the relay could not publish (retried after the claim expires).
     publish_failures,
+    /// Finished sagas whose notification key found the relay's handoff full (`HANDOFF_MAX`
+    /// keys waiting): the row, claimed at insert, is published by a scan once its claim runs
+    /// out (`consumer.relay.claim_ms`).
+    relay_handoffs_dropped,
 }
 
 impl Counters {

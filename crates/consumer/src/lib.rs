@@ -44,7 +44,6 @@ use midflight_config::Config;
 use midflight_driver::{Downstream, Driver};
 use midflight_store::Store;
 use rdkafka::consumer::Consumer;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 pub use config::{
@@ -89,6 +88,11 @@ pub async fn run_with<D: Downstream>(
     midflight_driver::telemetry::observe_store(&store);
     midflight_service::readiness().set_ready(true);
 
+    // With a relay here, the outbox rows of the sagas this process finishes are written
+    // claimed for it and handed to it by key; without one they are written unclaimed.
+    let handoff = config.consumer.relay.enabled.then(|| Arc::new(relay::Handoff::default()));
+    let store =
+        if handoff.is_some() { store.with_outbox_claim(&owner, config.consumer.relay.claim_ms)? } else { store };
     // Stops the drivers (before their next call) and the relay; cancelled by the shutdown path.
     let stop = CancellationToken::new();
     // Kept to report what the store wrote, once everything else has stopped.
@@ -102,9 +106,8 @@ pub async fn run_with<D: Downstream>(
         actor.clone(),
         stop.clone(),
     );
-    let outbox_ready = Arc::new(Notify::new());
     let producer_fatal = CancellationToken::new();
-    let relay = config.consumer.relay.enabled.then(|| {
+    let relay = handoff.clone().map(|handoff| {
         let relay = relay::Relay {
             store: store.clone(),
             producer: producer.clone(),
@@ -112,7 +115,7 @@ pub async fn run_with<D: Downstream>(
             owner: owner.clone(),
             settings: config.consumer.relay.clone(),
             counters: counters.clone(),
-            ready: outbox_ready.clone(),
+            handoff,
             fatal: producer_fatal.clone(),
         };
         tokio::spawn(relay.run(stop.clone()))
@@ -121,7 +124,7 @@ pub async fn run_with<D: Downstream>(
         consumer,
         producer,
         store,
-        scheduler: scheduler::Scheduler::new(Arc::new(driver), counters.clone(), outbox_ready),
+        scheduler: scheduler::Scheduler::new(Arc::new(driver), counters.clone(), handoff.clone()),
         settings: config.consumer.clone(),
         dead_letter_topic: config.kafka.dead_letter_topic.clone(),
         owner: owner.clone(),
@@ -147,6 +150,9 @@ pub async fn run_with<D: Downstream>(
         if tokio::time::timeout(deadline, relay).await.is_err() {
             tracing::warn!(owner, "outbox relay did not stop in time; its claims expire");
         }
+    }
+    if let Some(handoff) = &handoff {
+        relay::release_left(&written, &owner, handoff).await;
     }
     let stats = written.stats();
     tracing::info!(

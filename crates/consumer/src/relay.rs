@@ -1,18 +1,28 @@
-//! The outbox relay: claims unpublished outbox rows, publishes each to the notification topic
-//! (keyed by biz_id, through the idempotent producer), waits for the acknowledgements, then
-//! marks the delivered rows published.
+//! The outbox relay: publishes unpublished outbox rows to the notification topic (keyed by
+//! biz_id, through the idempotent producer), waits for the acknowledgements, then marks the
+//! delivered rows published.
+//!
+//! Its rows come two ways. This process's store writes the outbox rows of the sagas it finishes
+//! already claimed by this relay (`Store::claim_outbox_on_insert`), and the scheduler hands the
+//! relay their keys ([`Handoff`]): the relay reads those rows by key and publishes them, one
+//! read and one mark a round. Every `idle_ms` it also scans for rows nobody holds (written by
+//! the recovery worker or an operator, released by a relay that stopped, or whose claim ran
+//! out) and claims them, as every relay does.
 //!
 //! Several relays may run, in this process and others: a claim is a conditional UPDATE with an
 //! expiry, so two relays never hold the same row at once. Delivery is at least once: a relay
 //! that dies between publishing and marking leaves the rows to be claimed and published again
 //! after the claim expires; notifications carry the biz_id as their key so readers deduplicate.
+//! A key the handoff had no room for ([`HANDOFF_MAX`]) is not lost either: its row waits for
+//! its claim to run out, then a scan takes it.
 //!
 //! When every publish of a round fails (Kafka down, the topic refused), the relay waits before
 //! the next round, doubling from `idle_ms` to 10 s until a round publishes something again.
 //! Failed rows are logged as one line at most every 5 s, with their count since the last;
 //! `midflight_consumer_publish_failures_total` counts every failed row.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::join_all;
@@ -34,6 +44,91 @@ const QUEUE_WAIT: Duration = Duration::from_secs(1);
 /// wait doubles from `idle_ms` up to this, and finished sagas do not cut it short.
 const FAILED_ROUND_BACKOFF_MAX: Duration = Duration::from_secs(10);
 
+/// Most keys waiting in the handoff; a key offered beyond it is counted
+/// (`relay_handoffs_dropped`) and its row published by a scan once its claim runs out.
+pub(crate) const HANDOFF_MAX: usize = 10_000;
+
+/// The keys of the notifications this process's sagas finished, claimed at insert for this
+/// relay, waiting for it: bounded by [`HANDOFF_MAX`].
+#[derive(Debug, Default)]
+pub(crate) struct Handoff {
+    keys: Mutex<VecDeque<String>>,
+    ready: Notify,
+}
+
+impl Handoff {
+    /// Queues `biz_id` for the relay and wakes it; `false` if the queue was full.
+    pub(crate) fn offer(&self, biz_id: String) -> bool {
+        {
+            let mut keys = self.lock();
+            if keys.len() >= HANDOFF_MAX {
+                return false;
+            }
+            keys.push_back(biz_id);
+        }
+        self.ready.notify_one();
+        true
+    }
+
+    /// Up to `max` keys, oldest first.
+    fn take(&self, max: usize) -> Vec<String> {
+        let mut keys = self.lock();
+        let n = keys.len().min(max);
+        keys.drain(..n).collect()
+    }
+
+    /// Puts keys taken back at the front (their round failed before publishing), as far as
+    /// there is room; returns how many did not fit.
+    fn put_back(&self, taken: Vec<String>) -> usize {
+        let mut keys = self.lock();
+        let room = HANDOFF_MAX.saturating_sub(keys.len()).min(taken.len());
+        let dropped = taken.len() - room;
+        for key in taken.into_iter().take(room).rev() {
+            keys.push_front(key);
+        }
+        dropped
+    }
+
+    /// Every key still waiting.
+    pub(crate) fn take_all(&self) -> Vec<String> {
+        self.lock().drain(..).collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<String>> {
+        self.keys.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Releases the claims of the rows whose keys are still in `handoff` (the relay has stopped,
+/// the drives have ended), so other relays publish them at once instead of when the claims
+/// run out.
+pub(crate) async fn release_left(store: &Store, owner: &str, handoff: &Handoff) {
+    let left = handoff.take_all();
+    if left.is_empty() {
+        return;
+    }
+    match store.release_outbox(owner, &left).await {
+        Ok(released) => {
+            tracing::info!(owner, left = left.len(), released, "released the claims of notifications not published")
+        }
+        Err(error) => tracing::warn!(
+            owner,
+            left = left.len(),
+            %error,
+            "cannot release the claims of notifications not published; they are published once the claims run out"
+        ),
+    }
+}
+
+/// Where a round's rows come from.
+#[derive(Debug)]
+enum Source {
+    /// Keys handed over, of rows claimed at insert for this relay.
+    Handed(Vec<String>),
+    /// Rows nobody holds, found and claimed by this round.
+    Scan,
+}
+
 /// What one round did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Round {
@@ -41,6 +136,16 @@ struct Round {
     published: u64,
     /// Rows whose publish failed (their claims expire and another round takes them).
     failed: u64,
+    /// Rows read or claimed (a full scan is followed by another at once).
+    rows: u64,
+}
+
+impl std::ops::AddAssign for Round {
+    fn add_assign(&mut self, other: Round) {
+        self.published += other.published;
+        self.failed += other.failed;
+        self.rows += other.rows;
+    }
 }
 
 /// The backoff after rounds whose every publish failed.
@@ -87,8 +192,8 @@ pub(crate) struct Relay {
     pub owner: String,
     pub settings: RelaySection,
     pub counters: Arc<Counters>,
-    /// Woken when this process finishes a saga DONE.
-    pub ready: Arc<Notify>,
+    /// The keys of the rows this process's sagas finished, claimed at insert for this relay.
+    pub handoff: Arc<Handoff>,
     /// Cancelled here when the producer hit a fatal error (an idempotent producer that lost
     /// its sequence with a broker): it publishes nothing more, so the process must restart.
     pub fatal: CancellationToken,
@@ -99,14 +204,23 @@ impl Relay {
         tracing::info!(owner = %self.owner, topic = %self.topic, "outbox relay started");
         let mut failures = Failures::default();
         let mut backoff = Backoff::default();
+        let (batch, idle) = (self.settings.batch_max, Duration::from_millis(self.settings.idle_ms));
+        // The first scan at once: rows left by earlier processes and the recovery worker.
+        let mut scan_at = tokio::time::Instant::now();
         while !stop.is_cancelled() {
-            let round = match self.round(&mut failures).await {
-                Ok(round) => round,
-                Err(error) => {
-                    tracing::warn!(owner = %self.owner, %error, "outbox relay round failed; retrying");
-                    Round::default()
+            let mut round = Round::default();
+            let handed = self.handoff.take(batch);
+            if !handed.is_empty() {
+                round += self.logged(self.round(Source::Handed(handed), &mut failures).await);
+            }
+            if tokio::time::Instant::now() >= scan_at {
+                let scanned = self.logged(self.round(Source::Scan, &mut failures).await);
+                // A full scan may have left more behind it: the next one at once.
+                if scanned.rows < batch as u64 {
+                    scan_at = tokio::time::Instant::now() + idle;
                 }
-            };
+                round += scanned;
+            }
             if round.failed > 0
                 && let Some(reason) = crate::kafka::fatal_error(rdkafka::producer::Producer::client(&self.producer))
             {
@@ -114,22 +228,21 @@ impl Relay {
                 self.fatal.cancel();
                 break;
             }
-            if let Some(wait) = backoff.after(round, Duration::from_millis(self.settings.idle_ms)) {
+            if let Some(wait) = backoff.after(round, idle) {
                 tokio::select! {
                     () = stop.cancelled() => {}
                     () = tokio::time::sleep(wait) => {}
                 }
                 continue;
             }
-            if round.published == 0 {
-                let idle = Duration::from_millis(self.settings.idle_ms);
+            if round.rows == 0 {
                 tokio::select! {
                     () = stop.cancelled() => {}
-                    () = self.ready.notified() => {}
-                    () = tokio::time::sleep(idle) => {}
+                    () = self.handoff.ready.notified() => {}
+                    () = tokio::time::sleep_until(scan_at) => {}
                 }
             }
-            if round.published < self.settings.batch_max as u64 {
+            if round.published < batch as u64 {
                 // Let the rows of sagas finishing meanwhile join the next round.
                 let linger = Duration::from_millis(self.settings.linger_ms);
                 tokio::select! {
@@ -141,11 +254,34 @@ impl Relay {
         tracing::info!(owner = %self.owner, "outbox relay stopped");
     }
 
-    /// Claims, publishes and marks one batch. Failed publishes are counted, and logged as one
-    /// line for the round (at most one such line per few seconds: an outage fails every row).
-    async fn round(&self, failures: &mut Failures) -> Result<Round, midflight_store::Error> {
-        let batch = self.settings.batch_max as u64;
-        let rows = self.store.claim_outbox(&self.owner, batch, self.settings.claim_ms).await?;
+    /// A round's result, its error logged as a round that did nothing.
+    fn logged(&self, result: Result<Round, midflight_store::Error>) -> Round {
+        result.unwrap_or_else(|error| {
+            tracing::warn!(owner = %self.owner, %error, "outbox relay round failed; retrying");
+            Round::default()
+        })
+    }
+
+    /// Reads the handed rows or claims a batch, publishes and marks them. Failed publishes are
+    /// counted, and logged as one line for the round (at most one such line per few seconds:
+    /// an outage fails every row). Handed keys whose rows could not be read go back to the
+    /// handoff for the next round.
+    async fn round(&self, source: Source, failures: &mut Failures) -> Result<Round, midflight_store::Error> {
+        let handed = matches!(source, Source::Handed(_));
+        let rows = match source {
+            Source::Handed(keys) => match self.store.read_claimed_outbox(&self.owner, &keys).await {
+                Ok(rows) => rows,
+                Err(error) => {
+                    let dropped = self.handoff.put_back(keys);
+                    Counters::add(&self.counters.relay_handoffs_dropped, dropped as u64);
+                    return Err(error);
+                }
+            },
+            Source::Scan => {
+                let batch = self.settings.batch_max as u64;
+                self.store.claim_outbox(&self.owner, batch, self.settings.claim_ms).await?
+            }
+        };
         if rows.is_empty() {
             return Ok(Round::default());
         }
@@ -167,7 +303,10 @@ impl Relay {
         }
         let marked = self.store.mark_published(&self.owner, &delivered).await?;
         Counters::add(&self.counters.published, marked);
-        Ok(Round { published: marked, failed: failed.len() as u64 })
+        if handed {
+            Counters::add(&self.counters.relay_handed, marked);
+        }
+        Ok(Round { published: marked, failed: failed.len() as u64, rows: rows.len() as u64 })
     }
 
     /// Publishes `rows` together; returns the biz_ids that were acknowledged, and those that
@@ -203,7 +342,7 @@ mod tests {
     #[test]
     fn only_a_round_whose_every_publish_failed_backs_off_doubling_to_a_bound() {
         let idle = Duration::from_millis(250);
-        let (failed, empty) = (Round { published: 0, failed: 3 }, Round::default());
+        let (failed, empty) = (Round { published: 0, failed: 3, rows: 3 }, Round::default());
         let mut backoff = Backoff::default();
         // Each failed round is followed by one that finds its rows still claimed.
         let mut waits = Vec::new();
@@ -214,9 +353,69 @@ mod tests {
         let expected = [250, 500, 1_000, 2_000, 4_000, 8_000, 10_000, 10_000].map(Some);
         assert_eq!(waits, expected);
         // Something published, even with failures: no wait, and the doubling starts over.
-        assert_eq!(backoff.after(Round { published: 1, failed: 3 }, idle), None);
+        assert_eq!(backoff.after(Round { published: 1, failed: 3, rows: 4 }, idle), None);
         assert_eq!(backoff.after(failed, idle), Some(idle));
         // An idle wait longer than the bound waits the bound.
         assert_eq!(Backoff::default().after(failed, Duration::from_secs(60)), Some(FAILED_ROUND_BACKOFF_MAX));
+    }
+
+    #[test]
+    fn the_handoff_keeps_its_order_and_its_bound() {
+        let handoff = Handoff::default();
+        for n in 0..HANDOFF_MAX {
+            assert!(handoff.offer(format!("B-{n}")), "room for key {n}");
+        }
+        assert!(!handoff.offer("B-over".to_owned()), "a full handoff refuses");
+        let first = handoff.take(3);
+        assert_eq!(first, ["B-0", "B-1", "B-2"], "oldest first");
+        assert!(handoff.offer("B-new".to_owned()), "room again");
+        // Taken keys go back in front, as far as there is room: two of three here.
+        assert_eq!(handoff.put_back(first), 1);
+        assert_eq!(handoff.take(3), ["B-0", "B-1", "B-3"]);
+        let rest = handoff.take_all();
+        assert_eq!(rest.len(), HANDOFF_MAX - 3);
+        assert_eq!(rest.last().map(String::as_str), Some("B-new"));
+        assert!(handoff.take(1).is_empty());
+        assert_eq!(handoff.put_back(vec!["B-x".to_owned(), "B-y".to_owned()]), 0);
+        assert_eq!(handoff.take(5), ["B-x", "B-y"]);
+    }
+
+    #[tokio::test]
+    async fn an_offer_wakes_a_relay_that_waits_or_is_about_to() {
+        let handoff = Handoff::default();
+        // Offered before anyone waits: the next wait returns at once.
+        assert!(handoff.offer("B-1".to_owned()));
+        tokio::time::timeout(Duration::from_secs(30), handoff.ready.notified()).await.expect("woken by the offer");
+        assert_eq!(handoff.take(10), ["B-1"]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn keys_left_in_the_handoff_are_released_for_other_relays() {
+        use midflight_model::{Saga, Source};
+        use midflight_store::testing::{Engine, TestDb, drive_to_done, order_event};
+
+        let db = TestDb::fresh(Engine::Sqlite).await.expect("sqlite");
+        let store = db.store.with_outbox_claim("relay-a", 60_000).expect("a claimant");
+        let now = store.now_ms().await.expect("clock");
+        let sagas: Vec<Saga> = (0..3)
+            .map(|n| {
+                let source = Source { topic: "orders".into(), partition: 0, offset: n };
+                Saga::received(&order_event(&format!("L-{n}")), source, now, now + 600_000)
+            })
+            .collect();
+        let handoff = Handoff::default();
+        for arrival in store.insert_arrivals(&sagas, "c1", 60_000, "consumer:c1").await.expect("insert") {
+            let saga = arrival.saga().expect("readable").clone();
+            assert!(handoff.offer(drive_to_done(&store, saga, "consumer:c1", 60_000).await.biz_id));
+        }
+        assert!(db.store.claim_outbox("relay-b", 10, 60_000).await.expect("claim").is_empty(), "relay-a's rows");
+        release_left(&store, "relay-a", &handoff).await;
+        assert!(handoff.take(10).is_empty(), "the keys were taken");
+        let mut taken: Vec<String> =
+            db.store.claim_outbox("relay-b", 10, 60_000).await.expect("claim").into_iter().map(|m| m.biz_id).collect();
+        taken.sort_unstable();
+        let mut expected: Vec<String> = sagas.iter().map(|s| s.biz_id.clone()).collect();
+        expected.sort_unstable();
+        assert_eq!(taken, expected, "released: another relay takes them at once");
     }
 }

@@ -14,10 +14,10 @@ use std::time::Instant;
 
 use midflight_driver::{Downstream, Driver, Outcome};
 use midflight_model::{Call, Saga};
-use tokio::sync::Notify;
 use tokio::task::{Id, JoinSet};
 
 use crate::counters::Counters;
+use crate::relay::Handoff;
 
 /// Work for one saga.
 #[derive(Debug)]
@@ -61,7 +61,9 @@ pub(crate) struct Scheduler<D> {
     driver: Arc<Driver<D>>,
     counters: Arc<Counters>,
     /// Woken when a saga finishes DONE (an outbox row is waiting).
-    outbox_ready: Arc<Notify>,
+    /// Where the keys of the sagas finished DONE go, when this process runs a relay (their
+    /// outbox rows were written claimed for it).
+    handoff: Option<Arc<Handoff>>,
     in_flight: HashSet<String>,
     orders: HashMap<String, VecDeque<Job>>,
     tasks: JoinSet<Ended>,
@@ -70,11 +72,11 @@ pub(crate) struct Scheduler<D> {
 }
 
 impl<D: Downstream> Scheduler<D> {
-    pub(crate) fn new(driver: Arc<Driver<D>>, counters: Arc<Counters>, outbox_ready: Arc<Notify>) -> Scheduler<D> {
+    pub(crate) fn new(driver: Arc<Driver<D>>, counters: Arc<Counters>, handoff: Option<Arc<Handoff>>) -> Scheduler<D> {
         Scheduler {
             driver,
             counters,
-            outbox_ready,
+            handoff,
             in_flight: HashSet::new(),
             orders: HashMap::new(),
             tasks: JoinSet::new(),
@@ -135,8 +137,11 @@ impl<D: Downstream> Scheduler<D> {
         match &ended.how {
             How::Drove(outcome) => {
                 self.counters.ended(outcome);
-                if matches!(outcome, Outcome::Finished(midflight_model::Status::Done)) {
-                    self.outbox_ready.notify_one();
+                if matches!(outcome, Outcome::Finished(midflight_model::Status::Done))
+                    && let Some(handoff) = &self.handoff
+                    && !handoff.offer(ended.biz_id.clone())
+                {
+                    Counters::add(&self.counters.relay_handoffs_dropped, 1);
                 }
             }
             How::ClaimLost => Counters::add(&self.counters.claims_lost, 1),

@@ -295,6 +295,8 @@ async fn orders_complete_with(db: &TestDb, open_in_inbox: bool, broker: Broker) 
     .await;
     let snapshot = consumer.stop().await;
     assert_eq!((snapshot.received, snapshot.fresh, snapshot.skipped, snapshot.parked), (40, 40, 0, 0));
+    // Written claimed for this consumer's relay and handed to it: no scan took any of them.
+    assert_eq!(snapshot.relay_handed, 40, "{snapshot:?}");
     // Forty different orders with nothing before them: every one is opened, or none.
     assert_eq!(snapshot.opened, if open_in_inbox { 40 } else { 0 });
 
@@ -342,6 +344,39 @@ async fn orders_complete_opened_by_drives(db: &TestDb) {
     orders_complete_with(db, false, Broker::Embedded).await;
 }
 both_engines!(orders_complete_without_opening_in_the_inbox, orders_complete_opened_by_drives);
+
+/// Sagas finished by another process (the recovery worker, here a store handle of the test)
+/// leave their outbox rows unclaimed: a consumer's relay finds them by its scan and publishes
+/// them, though it finished none of them.
+async fn notifications_written_elsewhere(db: &TestDb) {
+    let harness = Harness::start(MockOptions::default()).await;
+    let now = db.store.now_ms().await.expect("clock");
+    let sagas: Vec<Saga> = (0..12)
+        .map(|n| {
+            let source = Source { topic: harness.orders.clone(), partition: 0, offset: n };
+            Saga::received(&order_event(&format!("X-{n}")), source, now, now + 600_000)
+        })
+        .collect();
+    let mut finished = BTreeSet::new();
+    for arrival in db.store.insert_arrivals(&sagas, "recovery-test", 60_000, "recovery:test").await.expect("insert") {
+        let saga = arrival.saga().expect("readable").clone();
+        let done = midflight_store::testing::drive_to_done(&db.store, saga, "recovery:test", 60_000).await;
+        finished.insert(done.biz_id);
+    }
+    let consumer = harness.start_consumer(harness.config("g", "c1"), &db.store);
+    eventually("the notifications written elsewhere published", || async {
+        let snapshot = consumer.snapshot();
+        if snapshot.published == 12 { Ok(()) } else { Err(format!("{snapshot:?}")) }
+    })
+    .await;
+    let snapshot = consumer.stop().await;
+    assert_eq!((snapshot.done, snapshot.relay_handed), (0, 0), "{snapshot:?}");
+    assert!(db.store.outbox_rows().await.expect("outbox").iter().all(|(_, published)| *published));
+    let notifications = harness.kafka.read_topic(&harness.notifications, WAIT).await.expect("notifications");
+    let keys: BTreeSet<String> = notifications.iter().filter_map(|n| n.key.clone()).collect();
+    assert_eq!(keys, finished);
+}
+both_engines!(notifications_written_elsewhere_are_published_by_a_scan, notifications_written_elsewhere);
 
 /// Stands in for the recovery worker (same driver, same claim): resumes every abandoned saga.
 async fn recover_abandoned(store: &Store, downstream: &Recorded) {

@@ -107,6 +107,9 @@ pub struct Store {
     group: Option<std::sync::Arc<group::GroupCommit>>,
     /// How operations wait out a server that refuses new connections (it is full).
     patience: refused::Patience,
+    /// The relay whose claim the outbox rows written through this handle get, if any; it goes
+    /// with each transition into a group. See [`Store::with_outbox_claim`].
+    outbox_claim: Option<std::sync::Arc<outbox::InsertClaim>>,
 }
 
 impl Store {
@@ -177,7 +180,7 @@ impl Store {
         let (patience, stats) = (refused::Patience::new(wait), std::sync::Arc::<stats::StoreCounters>::default());
         let operation = "read the database clock";
         let clock = patience.run(&stats, operation, || clock::DbClock::measure(&db, backend)).await?;
-        Ok(Store { db, backend, clock, stats, group: None, patience })
+        Ok(Store { db, backend, clock, stats, group: None, patience, outbox_claim: None })
     }
 
     /// Applies any migration file the database does not have yet.

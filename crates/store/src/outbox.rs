@@ -1,6 +1,12 @@
 //! The outbox relay's side of the table: claim pending rows (several relays may run; a claim is
 //! a conditional UPDATE with an expiry, like a saga lease), then mark them published.
 //!
+//! A store handle may also write its outbox rows already claimed by one relay
+//! ([`Store::with_outbox_claim`]): the consumer's relay then reads the rows its own sagas
+//! finished by their keys and publishes them, without listing and claiming them first. A row
+//! whose relay never reads it is claimable by any relay once its claim runs out, as a row left by
+//! a relay that died is.
+//!
 //! Delivery is at least once: a relay that stalls past its claim after publishing lets another
 //! relay publish again. Notifications are keyed by biz_id so their readers deduplicate.
 
@@ -10,6 +16,9 @@ use crate::entity::outbox;
 use crate::error::{Context, Error};
 use crate::{BATCH_ROWS_MAX, Store, dialect};
 
+/// Longest relay name an outbox row holds (`outbox.relay_owner` is `VARCHAR(128)`).
+const OWNER_LEN_MAX: usize = 128;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboxMessage {
     pub biz_id: String,
@@ -17,7 +26,40 @@ pub struct OutboxMessage {
     pub trace_context: Option<String>,
 }
 
+/// The claim a store's outbox rows are written with: `owner`'s, for `claim_ms` from the write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct InsertClaim {
+    pub(crate) owner: String,
+    pub(crate) claim_ms: i64,
+}
+
 impl Store {
+    /// A handle on the same database whose transitions write the outbox rows of the sagas they
+    /// finish claimed by the relay `owner` until `claim_ms` after the write (the writer's
+    /// database-clock reading). That relay then publishes them by their keys
+    /// ([`Store::read_claimed_outbox`]) without listing and claiming them. Rows written through
+    /// other handles (the recovery worker's, an operator's close) stay unclaimed, for any
+    /// relay's [`Store::claim_outbox`]; transitions of several handles may share a group, each
+    /// row written with its own handle's claim.
+    pub fn with_outbox_claim(&self, owner: &str, claim_ms: i64) -> Result<Store, Error> {
+        if owner.is_empty() || owner.len() > OWNER_LEN_MAX {
+            return Err(Error::Invalid(format!(
+                "an outbox claimant must be 1..={OWNER_LEN_MAX} bytes, got {} bytes",
+                owner.len()
+            )));
+        }
+        if claim_ms <= 0 {
+            return Err(Error::Invalid(format!("an outbox claim must last a positive time, got {claim_ms} ms")));
+        }
+        let claim = InsertClaim { owner: owner.to_owned(), claim_ms };
+        Ok(Store { outbox_claim: Some(std::sync::Arc::new(claim)), ..self.clone() })
+    }
+
+    /// The claim outbox rows written through this handle get, if any.
+    pub(crate) fn outbox_claim(&self) -> Option<std::sync::Arc<InsertClaim>> {
+        self.outbox_claim.clone()
+    }
+
     /// Claims up to `limit` unpublished rows for `owner` for `claim_ms`, oldest first.
     pub async fn claim_outbox(&self, owner: &str, limit: u64, claim_ms: i64) -> Result<Vec<OutboxMessage>, Error> {
         let limit = limit.min(BATCH_ROWS_MAX as u64);
@@ -40,34 +82,49 @@ impl Store {
         if candidates.is_empty() {
             return Ok(Vec::new());
         }
-        let candidates = dialect::padded(candidates);
+        let padded = dialect::padded(candidates.clone());
         let now = dialect::now_ms(self.backend);
         let sql = format!(
             "UPDATE {} SET relay_owner = ?, relay_until_ms = {now} + ? \
              WHERE published_at_ms IS NULL AND relay_until_ms <= {now} AND biz_id IN ({})",
             dialect::by_primary_key(self.backend, "outbox"),
-            dialect::placeholders(candidates.len())
+            dialect::placeholders(padded.len())
         );
         let mut values: Vec<Value> = vec![owner.into(), claim_ms.into()];
-        values.extend(candidates.iter().cloned().map(Value::from));
+        values.extend(padded.into_iter().map(Value::from));
         let statement = Statement::from_sql_and_values(self.backend, sql, values);
         self.patiently("claim outbox rows", || self.db.execute_raw(statement.clone()))
             .await
             .during("claim outbox rows", None)?;
         self.stats.write_committed();
+        self.read_claimed_outbox(owner, &candidates).await
+    }
+
+    /// The rows of `biz_ids` that `owner` holds claimed and that are not published yet, oldest
+    /// first: those a relay claimed, or that were written claimed for it
+    /// ([`Store::with_outbox_claim`]). Keys it does not hold (published, never written, or
+    /// claimed by another relay since its claim ran out) are left out. At most
+    /// [`BATCH_ROWS_MAX`] keys.
+    pub async fn read_claimed_outbox(&self, owner: &str, biz_ids: &[String]) -> Result<Vec<OutboxMessage>, Error> {
+        let operation = "read claimed outbox rows";
+        if biz_ids.len() > BATCH_ROWS_MAX {
+            return Err(Error::Invalid(format!("{operation}: {} keys, at most {BATCH_ROWS_MAX}", biz_ids.len())));
+        }
+        if biz_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let biz_ids = dialect::padded(biz_ids.to_vec());
         let sql = format!(
             "SELECT biz_id, payload, trace_context FROM {} \
              WHERE relay_owner = ? AND published_at_ms IS NULL AND biz_id IN ({}) ORDER BY created_at_ms",
             dialect::by_primary_key(self.backend, "outbox"),
-            dialect::placeholders(candidates.len())
+            dialect::placeholders(biz_ids.len())
         );
         let mut values: Vec<Value> = vec![owner.into()];
-        values.extend(candidates.into_iter().map(Value::from));
+        values.extend(biz_ids.into_iter().map(Value::from));
         let statement = Statement::from_sql_and_values(self.backend, sql, values);
-        let rows = self
-            .patiently("read claimed outbox rows", || self.db.query_all_raw(statement.clone()))
-            .await
-            .during("read claimed outbox rows", None)?;
+        let rows =
+            self.patiently(operation, || self.db.query_all_raw(statement.clone())).await.during(operation, None)?;
         rows.iter()
             .map(|row| {
                 Ok(OutboxMessage {
@@ -77,7 +134,33 @@ impl Store {
                 })
             })
             .collect::<Result<_, sea_orm::DbErr>>()
-            .during("read claimed outbox rows", None)
+            .during(operation, None)
+    }
+
+    /// Gives up `owner`'s claims on the unpublished rows of `biz_ids`, so any relay may take them
+    /// at once instead of when the claims run out (a relay stopping with rows it was handed and
+    /// did not publish). Returns how many it released.
+    pub async fn release_outbox(&self, owner: &str, biz_ids: &[String]) -> Result<u64, Error> {
+        let mut released = 0;
+        for chunk in biz_ids.chunks(BATCH_ROWS_MAX) {
+            let chunk = dialect::padded(chunk.to_vec());
+            let sql = format!(
+                "UPDATE {} SET relay_owner = NULL, relay_until_ms = 0 \
+                 WHERE relay_owner = ? AND published_at_ms IS NULL AND biz_id IN ({})",
+                dialect::by_primary_key(self.backend, "outbox"),
+                dialect::placeholders(chunk.len())
+            );
+            let mut values: Vec<Value> = vec![owner.into()];
+            values.extend(chunk.into_iter().map(Value::from));
+            let statement = Statement::from_sql_and_values(self.backend, sql, values);
+            let result = self
+                .patiently("release outbox claims", || self.db.execute_raw(statement.clone()))
+                .await
+                .during("release outbox claims", None)?;
+            self.stats.write_committed();
+            released += result.rows_affected();
+        }
+        Ok(released)
     }
 
     /// Marks rows published, if `owner` still holds their claim; returns how many it marked.

@@ -16,6 +16,7 @@ use midflight_model::{BusinessWrite, Change, Saga, Status};
 use sea_orm::{ConnectionTrait, DatabaseTransaction, Statement, Value};
 
 use crate::error::{Context, Error};
+use crate::outbox::InsertClaim;
 use crate::row::{fit, signed};
 use crate::{Cas, Store, dialect};
 
@@ -80,6 +81,8 @@ pub(crate) struct Member {
     pub lease_ms: i64,
     pub actor: String,
     pub call_ms: Option<u64>,
+    /// The claim its outbox row, if it writes one, is written with: the writing handle's.
+    pub outbox_claim: Option<std::sync::Arc<InsertClaim>>,
 }
 
 impl Member {
@@ -101,7 +104,8 @@ impl Member {
         actor: &str,
     ) -> Result<Member, Error> {
         let next = change.apply(&before, now_ms)?;
-        Ok(Member { before, next, change: change.clone(), lease_ms, actor: actor.to_owned(), call_ms: None })
+        let actor = actor.to_owned();
+        Ok(Member { before, next, change: change.clone(), lease_ms, actor, call_ms: None, outbox_claim: None })
     }
 
     /// The lease the write grants, from its clock reading. A release with a retry time keeps
@@ -159,8 +163,15 @@ impl Store {
         actor: Actor<'_>,
         call_ms: Option<u64>,
     ) -> Result<Cas<Saga>, Error> {
-        let member =
-            Member { before: before.clone(), next, change: change.clone(), lease_ms, actor: actor.to_owned(), call_ms };
+        let member = Member {
+            before: before.clone(),
+            next,
+            change: change.clone(),
+            lease_ms,
+            actor: actor.to_owned(),
+            call_ms,
+            outbox_claim: self.outbox_claim(),
+        };
         if let Some(group) = &self.group {
             return group.submit(member).await;
         }
@@ -361,8 +372,16 @@ impl Store {
         for member in written.iter().filter(|m| m.change.business == Some(BusinessWrite::Reverse)) {
             self.reverse_order(&member.next, &mut steps);
         }
-        let notified: Vec<&Saga> = written.iter().filter(|m| m.change.notify).map(|m| &m.next).collect();
-        self.insert_outbox(&notified, &mut steps);
+        // One set of statements per claim (a group holds one handle's transitions, or a few).
+        let mut notified: Vec<&Member> = written.iter().copied().filter(|m| m.change.notify).collect();
+        while let Some(first) = notified.first() {
+            let claim = first.outbox_claim.clone();
+            let (same, rest): (Vec<&Member>, Vec<&Member>) =
+                notified.into_iter().partition(|m| m.outbox_claim == claim);
+            let sagas: Vec<&Saga> = same.iter().map(|m| &m.next).collect();
+            self.insert_outbox(&sagas, claim.as_deref(), &mut steps);
+            notified = rest;
+        }
         steps
     }
 
@@ -376,7 +395,8 @@ impl Store {
             Status::Done => {
                 self.insert_orders(&[next], &mut steps);
                 self.fulfil_orders(&[next], &mut steps);
-                self.insert_outbox(&[next], &mut steps);
+                // An operator's close is not handed to any relay: its row is left unclaimed.
+                self.insert_outbox(&[next], None, &mut steps);
             }
             Status::RolledBack => self.reverse_order(next, &mut steps),
             _ => {}
@@ -514,17 +534,23 @@ impl Store {
         }
     }
 
-    /// The notifications' outbox rows.
-    fn insert_outbox(&self, sagas: &[&Saga], steps: &mut Vec<FollowUp>) {
-        let rows: Vec<[Value; 4]> = sagas
+    /// The notifications' outbox rows: claimed by `claim`'s relay until `claim_ms` after the
+    /// saga's write if given (the relay is handed them when their sagas finish), unclaimed
+    /// otherwise.
+    fn insert_outbox(&self, sagas: &[&Saga], claim: Option<&InsertClaim>, steps: &mut Vec<FollowUp>) {
+        let rows: Vec<[Value; 6]> = sagas
             .iter()
             .map(|saga| {
                 let payload = notification(saga);
+                let owner = claim.map(|claim| claim.owner.clone());
+                let until = claim.map_or(0, |claim| saga.updated_at_ms.saturating_add(claim.claim_ms));
                 [
                     saga.biz_id.clone().into(),
                     payload.into(),
                     saga.trace_context.clone().into(),
                     saga.updated_at_ms.into(),
+                    owner.into(),
+                    until.into(),
                 ]
             })
             .collect();
@@ -532,7 +558,7 @@ impl Store {
         self.insert_rows(
             (
                 "INSERT INTO outbox (biz_id, payload, trace_context, created_at_ms, relay_owner, relay_until_ms, published_at_ms) VALUES",
-                "(?, ?, ?, ?, NULL, 0, NULL)",
+                "(?, ?, ?, ?, ?, ?, NULL)",
                 &dialect::on_conflict_do_nothing(self.backend, "biz_id"),
             ),
             rows,

@@ -151,6 +151,70 @@ async fn each_saga_gets_its_own_rows(db: &TestDb) {
 }
 both_engines!(group_each_saga_gets_its_own_rows, each_saga_gets_its_own_rows);
 
+/// Drives `sagas` to DONE through `store`, all at once (so their rows share groups).
+async fn all_to_done(store: &Store, sagas: Vec<Saga>) -> Vec<String> {
+    let done =
+        futures::future::join_all(sagas.into_iter().map(|saga| drive_to_done(store, saga, "consumer:c1", LEASE_MS)))
+            .await;
+    done.into_iter().map(|saga| saga.biz_id).collect()
+}
+
+fn sorted(mut ids: Vec<String>) -> Vec<String> {
+    ids.sort_unstable();
+    ids
+}
+
+async fn rows_written_claimed_go_to_their_relay(db: &TestDb) {
+    let unclaimed = &db.store;
+    for (owner, claim_ms) in [("relay-a", 0), ("", LEASE_MS)] {
+        let refused = unclaimed.with_outbox_claim(owner, claim_ms).expect_err("refused");
+        assert!(matches!(refused, midflight_store::Error::Invalid(_)), "{owner:?}, {claim_ms}: {refused}");
+    }
+    let store = &unclaimed.with_outbox_claim("relay-a", LEASE_MS).expect("a claimant");
+
+    // Both handles at once, so their transitions share groups (the test store groups them):
+    // each row gets the claim of the handle that wrote it.
+    let (claimed_sagas, unclaimed_sagas) = (arrivals(store, "H").await, arrivals(unclaimed, "U").await);
+    let (mut ids, plain) =
+        futures::future::join(all_to_done(store, claimed_sagas), all_to_done(unclaimed, unclaimed_sagas)).await;
+    let taken = store.claim_outbox("relay-b", 2 * SAGAS as u64, LEASE_MS).await.expect("claim");
+    assert_eq!(sorted(taken.into_iter().map(|m| m.biz_id).collect()), sorted(plain), "only the unclaimed rows");
+    assert!(store.read_claimed_outbox("relay-b", &ids).await.expect("read").is_empty(), "not relay-b's to read");
+    ids.push("H-never-written".to_owned());
+    let rows = store.read_claimed_outbox("relay-a", &ids).await.expect("read");
+    ids.pop();
+    assert_eq!(sorted(rows.iter().map(|m| m.biz_id.clone()).collect()), sorted(ids.clone()), "each row once");
+    for message in &rows {
+        assert!(message.payload.contains(&format!("\"tracking_no\":\"TRK-{}\"", message.biz_id)), "{message:?}");
+    }
+    let (published, rest) = ids.split_at(SAGAS / 4);
+    assert_eq!(store.mark_published("relay-a", published).await.expect("mark"), published.len() as u64);
+    let left = store.read_claimed_outbox("relay-a", &ids).await.expect("read");
+    assert_eq!(left.len(), rest.len(), "published rows are left out");
+
+    // Released, the rest are any relay's at once; a claim another relay holds is not released.
+    assert_eq!(store.release_outbox("relay-a", &ids).await.expect("release"), rest.len() as u64);
+    let taken = store.claim_outbox("relay-b", SAGAS as u64, LEASE_MS).await.expect("claim");
+    assert_eq!(sorted(taken.into_iter().map(|m| m.biz_id).collect()), sorted(rest.to_vec()));
+    assert_eq!(store.release_outbox("relay-a", &ids).await.expect("release"), 0);
+    assert!(store.read_claimed_outbox("relay-a", &ids).await.expect("read").is_empty());
+
+    // A claim written with the row runs out like any other: then a scan takes the row.
+    let short = unclaimed.with_outbox_claim("relay-gone", 1).expect("a claimant");
+    let lapsed = sorted(all_to_done(&short, arrivals(&short, "S").await).await);
+    let taken = std::sync::Mutex::new(Vec::new());
+    until("the rows' 1 ms claims to run out and relay-b to take them", || async {
+        let claimed = store.claim_outbox("relay-b", SAGAS as u64, LEASE_MS).await.expect("claim");
+        let mut taken = taken.lock().expect("taken");
+        taken.extend(claimed.into_iter().map(|m| m.biz_id));
+        taken.len() >= SAGAS
+    })
+    .await;
+    assert_eq!(sorted(taken.into_inner().expect("taken")), lapsed);
+    assert_eq!(store.outbox_pending().await.expect("pending"), (rest.len() + 2 * SAGAS) as u64, "none published");
+}
+both_engines!(group_rows_written_claimed_go_to_their_relay, rows_written_claimed_go_to_their_relay);
+
 /// A store of `db` whose groups wait `linger_ms` for more transitions to join.
 async fn lingering(db: &TestDb, linger_ms: u64) -> Store {
     let section = midflight_config::DatabaseSection {
