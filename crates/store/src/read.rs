@@ -595,6 +595,7 @@ mod tests {
     use midflight_model::{Saga, Source};
     use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
 
+    use crate::Store;
     use crate::testing::{TestDb, arrive_orders, order_event, plan_of};
 
     /// The inbox batch's order check on a young table (rows just inserted, statistics not yet
@@ -706,24 +707,33 @@ mod tests {
     }
     crate::both_engines!(unfinished_summary_reads_only_unfinished, unfinished_summary_leaves_finished_sagas_out);
 
-    /// The oldest finished saga of each finished status, by lease expiry, read from the first
-    /// entry of `saga_recovery`; nothing for a status with no row.
-    async fn oldest_finished_reads_the_first_index_entry(db: &TestDb) {
-        let store = &db.store;
-        assert_eq!(store.oldest_finished().await.expect("oldest"), []);
-        let sagas = arrive_orders(store, &["OLD-0", "OLD-1", "OLD-2", "OLD-3"]).await;
-        for (saga, status, lease_until_ms) in [
-            (&sagas[0], "DONE", 5_000),
-            (&sagas[1], "DONE", 3_000),
-            (&sagas[2], "ROLLED_BACK", 7_000),
-            (&sagas[3], "WMS_REQUESTED", 1_000),
-        ] {
+    /// Sets each saga's status and lease expiry by hand (states no transition writes directly).
+    async fn set_status_and_expiry<const N: usize>(store: &Store, rows: [(&Saga, &str, i64); N]) {
+        for (saga, status, lease_until_ms) in rows {
             let sql = format!(
                 "UPDATE saga SET status = '{status}', lease_until_ms = {lease_until_ms} WHERE biz_id = '{}'",
                 saga.biz_id
             );
             store.db.execute_raw(Statement::from_string(store.backend, sql)).await.expect("set");
         }
+    }
+
+    /// The oldest finished saga of each finished status, by lease expiry, read from the first
+    /// entry of `saga_recovery`; nothing for a status with no row.
+    async fn oldest_finished_reads_the_first_index_entry(db: &TestDb) {
+        let store = &db.store;
+        assert_eq!(store.oldest_finished().await.expect("oldest"), []);
+        let sagas = arrive_orders(store, &["OLD-0", "OLD-1", "OLD-2", "OLD-3"]).await;
+        set_status_and_expiry(
+            store,
+            [
+                (&sagas[0], "DONE", 5_000),
+                (&sagas[1], "DONE", 3_000),
+                (&sagas[2], "ROLLED_BACK", 7_000),
+                (&sagas[3], "WMS_REQUESTED", 1_000),
+            ],
+        )
+        .await;
         use midflight_model::Status::{Done, RolledBack};
         assert_eq!(store.oldest_finished().await.expect("oldest"), [(Done, 3_000), (RolledBack, 7_000)]);
         let sql = super::oldest_finished_sql(store.backend);
@@ -752,19 +762,17 @@ mod tests {
         let empty = store.count_status_from(Done, i64::MIN, i64::MIN).await.expect("count");
         assert_eq!((empty.from, empty.below), (0, 0), "an empty table");
         let sagas = arrive_orders(store, &["CNT-0", "CNT-1", "CNT-2", "CNT-3", "CNT-4"]).await;
-        for (saga, status, lease_until_ms) in [
-            (&sagas[0], "DONE", 1_000),
-            (&sagas[1], "DONE", 2_000),
-            (&sagas[2], "DONE", 3_000),
-            (&sagas[3], "ROLLED_BACK", 2_500),
-            (&sagas[4], "WMS_REQUESTED", 2_000),
-        ] {
-            let sql = format!(
-                "UPDATE saga SET status = '{status}', lease_until_ms = {lease_until_ms} WHERE biz_id = '{}'",
-                saga.biz_id
-            );
-            store.db.execute_raw(Statement::from_string(store.backend, sql)).await.expect("set");
-        }
+        set_status_and_expiry(
+            store,
+            [
+                (&sagas[0], "DONE", 1_000),
+                (&sagas[1], "DONE", 2_000),
+                (&sagas[2], "DONE", 3_000),
+                (&sagas[3], "ROLLED_BACK", 2_500),
+                (&sagas[4], "WMS_REQUESTED", 2_000),
+            ],
+        )
+        .await;
         let before = store.now_ms().await.expect("clock");
         let all = store.count_status_from(Done, i64::MIN, i64::MIN).await.expect("count");
         assert_eq!((all.from, all.below), (3, 0), "every DONE row, none below the lowest bound");
