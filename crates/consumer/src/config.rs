@@ -159,8 +159,9 @@ pub struct RelaySection {
     /// [`RELAY_CLAIM_MARGIN_MS`] (the wait for room in the producer's queue and the statements
     /// around a delivery), so a claim does not run out under a delivery still in progress,
     /// which another relay would then make again. The outbox rows of the sagas this process
-    /// finishes are written with such a claim for its relay; one the relay is never handed
-    /// (its handoff was full, or the process died first) waits this long for a scan.
+    /// finishes are written with a shorter claim for its relay (5 s, so those of a process
+    /// that dies wait at most that long for a scan), extended to this one when a delivery of
+    /// them runs long.
     pub claim_ms: i64,
     /// How often the relay scans for rows nobody holds: written by the recovery worker or an
     /// operator, released by a relay that stopped, or whose claim ran out. The rows of the

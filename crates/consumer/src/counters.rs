@@ -108,9 +108,12 @@ counters! {
     /// Notifications the relay could not publish (retried after the claim expires).
     publish_failures,
     /// Finished sagas whose notification key found the relay's handoff full (`HANDOFF_MAX`
-    /// keys waiting): the row, claimed at insert, is published by a scan once its claim runs
-    /// out (`consumer.relay.claim_ms`).
+    /// keys waiting): the row, claimed at insert, is published by a scan once its short claim
+    /// runs out (`HANDOFF_CLAIM_MS`, 5 s).
     relay_handoffs_dropped,
+    /// Handed rows whose delivery outlasted a quarter of their short claim, claimed for
+    /// `consumer.relay.claim_ms` meanwhile.
+    relay_claims_extended,
 }
 
 impl Counters {

@@ -91,8 +91,7 @@ pub async fn run_with<D: Downstream>(
     // With a relay here, the outbox rows of the sagas this process finishes are written
     // claimed for it and handed to it by key; without one they are written unclaimed.
     let handoff = config.consumer.relay.enabled.then(|| Arc::new(relay::Handoff::default()));
-    let store =
-        if handoff.is_some() { store.with_outbox_claim(&owner, config.consumer.relay.claim_ms)? } else { store };
+    let store = if handoff.is_some() { store.with_outbox_claim(&owner, relay::HANDOFF_CLAIM_MS)? } else { store };
     // Stops the drivers (before their next call) and the relay; cancelled by the shutdown path.
     let stop = CancellationToken::new();
     // Kept to report what the store wrote, once everything else has stopped.

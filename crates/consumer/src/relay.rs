@@ -2,10 +2,11 @@
 //! biz_id, through the idempotent producer), waits for the acknowledgements, then marks the
 //! delivered rows published.
 //!
-//! Its rows come two ways. This process's store writes the outbox rows of the sagas it finishes
-//! already claimed by this relay (`Store::claim_outbox_on_insert`), and the scheduler hands the
-//! relay their keys ([`Handoff`]): the relay reads those rows by key and publishes them, one
-//! read and one mark a round. Every `idle_ms` it also scans for rows nobody holds (written by
+//! Its rows come two ways. This process writes the outbox rows of the sagas it finishes already
+//! claimed by this relay for a short while ([`HANDOFF_CLAIM_MS`], `Store::with_outbox_claim`),
+//! and the scheduler hands the relay their keys ([`Handoff`]): the relay reads those rows by
+//! key and publishes them, one read and one mark a round (and an extension of their claims in a
+//! round whose delivery runs long). Every `idle_ms` it also scans for rows nobody holds (written by
 //! the recovery worker or an operator, released by a relay that stopped, or whose claim ran
 //! out) and claims them, as every relay does.
 //!
@@ -13,8 +14,8 @@
 //! expiry, so two relays never hold the same row at once. Delivery is at least once: a relay
 //! that dies between publishing and marking leaves the rows to be claimed and published again
 //! after the claim expires; notifications carry the biz_id as their key so readers deduplicate.
-//! A key the handoff had no room for ([`HANDOFF_MAX`]) is not lost either: its row waits for
-//! its claim to run out, then a scan takes it.
+//! A key the handoff had no room for ([`HANDOFF_MAX`]), or held by a process that died, is not
+//! lost either: its row waits for its short claim to run out, then a scan takes it.
 //!
 //! When every publish of a round fails (Kafka down, the topic refused), the relay waits before
 //! the next round, doubling from `idle_ms` to 10 s until a round publishes something again.
@@ -22,6 +23,7 @@
 //! `midflight_consumer_publish_failures_total` counts every failed row.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -47,6 +49,19 @@ const FAILED_ROUND_BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// Most keys waiting in the handoff; a key offered beyond it is counted
 /// (`relay_handoffs_dropped`) and its row published by a scan once its claim runs out.
 pub(crate) const HANDOFF_MAX: usize = 10_000;
+
+/// The claim the outbox rows of this process's sagas are written with. Short, so the rows of a
+/// process that dies before publishing them wait at most this long for another relay's scan;
+/// a handed row is read only with at least half of it left ([`HANDOFF_LEFT_MS`]), and a
+/// delivery still running a quarter of it after the read has its claims extended to
+/// `consumer.relay.claim_ms` first ([`HANDOFF_EXTEND_AFTER`]), so a claim never runs out under
+/// a slow delivery, which another relay would then make again.
+pub(crate) const HANDOFF_CLAIM_MS: i64 = 5_000;
+/// The least of its claim a handed row must have left to be read; one with less is left for a
+/// scan, which takes it once the claim has run out.
+const HANDOFF_LEFT_MS: i64 = HANDOFF_CLAIM_MS / 2;
+/// How long after reading handed rows their delivery may run before their claims are extended.
+const HANDOFF_EXTEND_AFTER: Duration = Duration::from_millis((HANDOFF_LEFT_MS / 2) as u64);
 
 /// The keys of the notifications this process's sagas finished, claimed at insert for this
 /// relay, waiting for it: bounded by [`HANDOFF_MAX`].
@@ -97,6 +112,19 @@ impl Handoff {
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<String>> {
         self.keys.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+}
+
+/// Awaits `work`; if it is still running `after` from now, runs `extend` to its end first and
+/// then waits for `work`.
+async fn guarded<T>(work: impl Future<Output = T>, after: Duration, extend: impl Future<Output = ()>) -> T {
+    tokio::pin!(work);
+    tokio::select! {
+        biased;
+        out = &mut work => return out,
+        () = tokio::time::sleep(after) => {}
+    }
+    extend.await;
+    work.await
 }
 
 /// Releases the claims of the rows whose keys are still in `handoff` (the relay has stopped,
@@ -269,7 +297,7 @@ impl Relay {
     async fn round(&self, source: Source, failures: &mut Failures) -> Result<Round, midflight_store::Error> {
         let handed = matches!(source, Source::Handed(_));
         let rows = match source {
-            Source::Handed(keys) => match self.store.read_claimed_outbox(&self.owner, &keys).await {
+            Source::Handed(keys) => match self.store.read_claimed_outbox(&self.owner, &keys, HANDOFF_LEFT_MS).await {
                 Ok(rows) => rows,
                 Err(error) => {
                     let dropped = self.handoff.put_back(keys);
@@ -285,7 +313,11 @@ impl Relay {
         if rows.is_empty() {
             return Ok(Round::default());
         }
-        let (delivered, failed) = self.publish(&rows).await;
+        let (delivered, failed) = if handed {
+            guarded(self.publish(&rows), HANDOFF_EXTEND_AFTER, self.extend(&rows)).await
+        } else {
+            self.publish(&rows).await
+        };
         if let Some((biz_id, error)) = failed.first() {
             failures.unlogged += failed.len() as u64;
             if let Some(rounds) = failures.lines.admit() {
@@ -307,6 +339,22 @@ impl Relay {
             Counters::add(&self.counters.relay_handed, marked);
         }
         Ok(Round { published: marked, failed: failed.len() as u64, rows: rows.len() as u64 })
+    }
+
+    /// Extends the claims of handed `rows` to `claim_ms`: their delivery is taking longer than
+    /// their short claim allows for. A failure is logged; the delivery goes on either way (if
+    /// a claim then runs out, another relay may publish the row again: at least once).
+    async fn extend(&self, rows: &[OutboxMessage]) {
+        let keys: Vec<String> = rows.iter().map(|row| row.biz_id.clone()).collect();
+        match self.store.extend_outbox_claims(&self.owner, &keys, self.settings.claim_ms).await {
+            Ok(extended) => Counters::add(&self.counters.relay_claims_extended, extended),
+            Err(error) => tracing::warn!(
+                owner = %self.owner,
+                rows = keys.len(),
+                %error,
+                "cannot extend the claims of notifications being delivered; another relay may deliver them again"
+            ),
+        }
     }
 
     /// Publishes `rows` together; returns the biz_ids that were acknowledged, and those that
@@ -417,5 +465,30 @@ mod tests {
         let mut expected: Vec<String> = sagas.iter().map(|s| s.biz_id.clone()).collect();
         expected.sort_unstable();
         assert_eq!(taken, expected, "released: another relay takes them at once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delivery_that_runs_long_extends_its_claims_first() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let extended = AtomicUsize::new(0);
+        let extend = || async {
+            extended.fetch_add(1, Ordering::Relaxed);
+        };
+        let work = |ms: u64| async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            ms
+        };
+        let after = HANDOFF_EXTEND_AFTER;
+        let quick = after.as_millis() as u64 - 1;
+        assert_eq!(guarded(work(quick), after, extend()).await, quick);
+        assert_eq!(extended.load(Ordering::Relaxed), 0, "a delivery within the short claim extends nothing");
+        let started = tokio::time::Instant::now();
+        let slow = 4 * after.as_millis() as u64;
+        assert_eq!(guarded(work(slow), after, extend()).await, slow, "the delivery's own result");
+        assert_eq!(extended.load(Ordering::Relaxed), 1, "extended once");
+        assert_eq!(started.elapsed(), Duration::from_millis(slow), "the delivery ran on meanwhile");
+        // The claim is extended while at least half of the short claim is left, and to the
+        // relay's full claim, which the configuration keeps above the delivery timeout.
+        assert!(HANDOFF_LEFT_MS - after.as_millis() as i64 >= HANDOFF_CLAIM_MS / 4);
     }
 }

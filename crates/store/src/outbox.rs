@@ -97,15 +97,21 @@ impl Store {
             .await
             .during("claim outbox rows", None)?;
         self.stats.write_committed();
-        self.read_claimed_outbox(owner, &candidates).await
+        self.read_claimed_outbox(owner, &candidates, 0).await
     }
 
-    /// The rows of `biz_ids` that `owner` holds claimed and that are not published yet, oldest
-    /// first: those a relay claimed, or that were written claimed for it
-    /// ([`Store::with_outbox_claim`]). Keys it does not hold (published, never written, or
-    /// claimed by another relay since its claim ran out) are left out. At most
-    /// [`BATCH_ROWS_MAX`] keys.
-    pub async fn read_claimed_outbox(&self, owner: &str, biz_ids: &[String]) -> Result<Vec<OutboxMessage>, Error> {
+    /// The rows of `biz_ids` that `owner` holds claimed with at least `left_ms` of the claim
+    /// left (database clock) and that are not published yet, oldest first: those a relay
+    /// claimed, or that were written claimed for it ([`Store::with_outbox_claim`]). Keys it does
+    /// not hold (published, never written, claimed by another relay since its claim ran out, or
+    /// with less than `left_ms` left, which a scan takes once the claim has run out) are left
+    /// out. At most [`BATCH_ROWS_MAX`] keys.
+    pub async fn read_claimed_outbox(
+        &self,
+        owner: &str,
+        biz_ids: &[String],
+        left_ms: i64,
+    ) -> Result<Vec<OutboxMessage>, Error> {
         let operation = "read claimed outbox rows";
         if biz_ids.len() > BATCH_ROWS_MAX {
             return Err(Error::Invalid(format!("{operation}: {} keys, at most {BATCH_ROWS_MAX}", biz_ids.len())));
@@ -114,13 +120,15 @@ impl Store {
             return Ok(Vec::new());
         }
         let biz_ids = dialect::padded(biz_ids.to_vec());
+        let now = dialect::now_ms(self.backend);
         let sql = format!(
             "SELECT biz_id, payload, trace_context FROM {} \
-             WHERE relay_owner = ? AND published_at_ms IS NULL AND biz_id IN ({}) ORDER BY created_at_ms",
+             WHERE relay_owner = ? AND relay_until_ms >= {now} + ? AND published_at_ms IS NULL AND biz_id IN ({}) \
+             ORDER BY created_at_ms",
             dialect::by_primary_key(self.backend, "outbox"),
             dialect::placeholders(biz_ids.len())
         );
-        let mut values: Vec<Value> = vec![owner.into()];
+        let mut values: Vec<Value> = vec![owner.into(), left_ms.into()];
         values.extend(biz_ids.into_iter().map(Value::from));
         let statement = Statement::from_sql_and_values(self.backend, sql, values);
         let rows =
@@ -141,26 +149,46 @@ impl Store {
     /// at once instead of when the claims run out (a relay stopping with rows it was handed and
     /// did not publish). Returns how many it released.
     pub async fn release_outbox(&self, owner: &str, biz_ids: &[String]) -> Result<u64, Error> {
-        let mut released = 0;
+        self.set_own_claims(owner, biz_ids, "relay_owner = NULL, relay_until_ms = 0", None, "release outbox claims")
+            .await
+    }
+
+    /// Makes `owner`'s claims on the unpublished rows of `biz_ids` last `claim_ms` from now
+    /// (database clock): a relay whose delivery outlasts most of a short claim. Returns how many
+    /// it extended; a row another relay took meanwhile is not.
+    pub async fn extend_outbox_claims(&self, owner: &str, biz_ids: &[String], claim_ms: i64) -> Result<u64, Error> {
+        let set = format!("relay_until_ms = {} + ?", dialect::now_ms(self.backend));
+        self.set_own_claims(owner, biz_ids, &set, Some(claim_ms.into()), "extend outbox claims").await
+    }
+
+    /// `SET set` (with `value` for its placeholder, if any) on the unpublished rows of `biz_ids`
+    /// that `owner` holds, a statement per [`BATCH_ROWS_MAX`] keys; how many rows it changed.
+    async fn set_own_claims(
+        &self,
+        owner: &str,
+        biz_ids: &[String],
+        set: &str,
+        value: Option<Value>,
+        operation: &'static str,
+    ) -> Result<u64, Error> {
+        let mut changed = 0;
         for chunk in biz_ids.chunks(BATCH_ROWS_MAX) {
             let chunk = dialect::padded(chunk.to_vec());
             let sql = format!(
-                "UPDATE {} SET relay_owner = NULL, relay_until_ms = 0 \
-                 WHERE relay_owner = ? AND published_at_ms IS NULL AND biz_id IN ({})",
+                "UPDATE {} SET {set} WHERE relay_owner = ? AND published_at_ms IS NULL AND biz_id IN ({})",
                 dialect::by_primary_key(self.backend, "outbox"),
                 dialect::placeholders(chunk.len())
             );
-            let mut values: Vec<Value> = vec![owner.into()];
+            let mut values: Vec<Value> = value.iter().cloned().collect();
+            values.push(owner.into());
             values.extend(chunk.into_iter().map(Value::from));
             let statement = Statement::from_sql_and_values(self.backend, sql, values);
-            let result = self
-                .patiently("release outbox claims", || self.db.execute_raw(statement.clone()))
-                .await
-                .during("release outbox claims", None)?;
+            let result =
+                self.patiently(operation, || self.db.execute_raw(statement.clone())).await.during(operation, None)?;
             self.stats.write_committed();
-            released += result.rows_affected();
+            changed += result.rows_affected();
         }
-        Ok(released)
+        Ok(changed)
     }
 
     /// Marks rows published, if `owner` still holds their claim; returns how many it marked.

@@ -179,17 +179,26 @@ async fn rows_written_claimed_go_to_their_relay(db: &TestDb) {
         futures::future::join(all_to_done(store, claimed_sagas), all_to_done(unclaimed, unclaimed_sagas)).await;
     let taken = store.claim_outbox("relay-b", 2 * SAGAS as u64, LEASE_MS).await.expect("claim");
     assert_eq!(sorted(taken.into_iter().map(|m| m.biz_id).collect()), sorted(plain), "only the unclaimed rows");
-    assert!(store.read_claimed_outbox("relay-b", &ids).await.expect("read").is_empty(), "not relay-b's to read");
+    assert!(store.read_claimed_outbox("relay-b", &ids, 0).await.expect("read").is_empty(), "not relay-b's to read");
     ids.push("H-never-written".to_owned());
-    let rows = store.read_claimed_outbox("relay-a", &ids).await.expect("read");
+    let rows = store.read_claimed_outbox("relay-a", &ids, 0).await.expect("read");
     ids.pop();
+    // Written with 60 s of claim: a read asking for more leaves them out, until they are extended.
+    assert!(
+        store.read_claimed_outbox("relay-a", &ids, 2 * LEASE_MS).await.expect("read").is_empty(),
+        "too little left"
+    );
+    assert_eq!(store.extend_outbox_claims("relay-b", &ids, 5 * LEASE_MS).await.expect("extend"), 0, "not relay-b's");
+    assert_eq!(store.extend_outbox_claims("relay-a", &ids, 5 * LEASE_MS).await.expect("extend"), SAGAS as u64);
+    let extended = store.read_claimed_outbox("relay-a", &ids, 2 * LEASE_MS).await.expect("read");
+    assert_eq!(extended.len(), SAGAS, "extended claims have the time left");
     assert_eq!(sorted(rows.iter().map(|m| m.biz_id.clone()).collect()), sorted(ids.clone()), "each row once");
     for message in &rows {
         assert!(message.payload.contains(&format!("\"tracking_no\":\"TRK-{}\"", message.biz_id)), "{message:?}");
     }
     let (published, rest) = ids.split_at(SAGAS / 4);
     assert_eq!(store.mark_published("relay-a", published).await.expect("mark"), published.len() as u64);
-    let left = store.read_claimed_outbox("relay-a", &ids).await.expect("read");
+    let left = store.read_claimed_outbox("relay-a", &ids, 0).await.expect("read");
     assert_eq!(left.len(), rest.len(), "published rows are left out");
 
     // Released, the rest are any relay's at once; a claim another relay holds is not released.
@@ -197,7 +206,7 @@ async fn rows_written_claimed_go_to_their_relay(db: &TestDb) {
     let taken = store.claim_outbox("relay-b", SAGAS as u64, LEASE_MS).await.expect("claim");
     assert_eq!(sorted(taken.into_iter().map(|m| m.biz_id).collect()), sorted(rest.to_vec()));
     assert_eq!(store.release_outbox("relay-a", &ids).await.expect("release"), 0);
-    assert!(store.read_claimed_outbox("relay-a", &ids).await.expect("read").is_empty());
+    assert!(store.read_claimed_outbox("relay-a", &ids, 0).await.expect("read").is_empty());
 
     // A claim written with the row runs out like any other: then a scan takes the row.
     let short = unclaimed.with_outbox_claim("relay-gone", 1).expect("a claimant");
