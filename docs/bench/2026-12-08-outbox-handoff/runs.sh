@@ -1,5 +1,5 @@
 #!/bin/bash
-# The runs of this directory, in order (nothing else running). "new" is a release build of the
+# The runs of this directory, in order (nothing else running). "new" ("long" in BENCHMARKS.md) is a release build of the
 # handoff (/tmp/binN), "old" of the commit before it (/tmp/binO). Each run is one bench phase
 # with SHOW GLOBAL STATUS and mariadbd's CPU read over a 10 s window (../2026-12-07-progress-count/count.sh).
 H=$(cd $(dirname $0) && pwd); C=$H/../2026-12-07-progress-count/count.sh
