@@ -5,10 +5,10 @@
 //! Its rows come two ways. This process writes the outbox rows of the sagas it finishes already
 //! claimed by this relay for a short while ([`HANDOFF_CLAIM_MS`], `Store::with_outbox_claim`),
 //! and the scheduler hands the relay their keys ([`Handoff`]): the relay reads those rows by
-//! key and publishes them, one read and one mark a round (and an extension of their claims in a
-//! round whose delivery runs long). Every `idle_ms` it also scans for rows nobody holds (written by
-//! the recovery worker or an operator, released by a relay that stopped, or whose claim ran
-//! out) and claims them, as every relay does.
+//! key and publishes them, one read and one mark a round (and an extension of their claims in
+//! a round whose delivery runs long). Every `idle_ms` it also scans for rows nobody holds
+//! (written by the recovery worker or an operator, released by a relay that stopped, read too
+//! late, or whose claim ran out) and claims them, as every relay does.
 //!
 //! Several relays may run, in this process and others: a claim is a conditional UPDATE with an
 //! expiry, so two relays never hold the same row at once. Delivery is at least once: a relay
@@ -54,8 +54,9 @@ pub(crate) const HANDOFF_MAX: usize = 10_000;
 /// process that dies before publishing them wait at most this long for another relay's scan;
 /// a handed row is read only with at least half of it left ([`HANDOFF_LEFT_MS`]), and a
 /// delivery still running a quarter of it after the read has its claims extended to
-/// `consumer.relay.claim_ms` first ([`HANDOFF_EXTEND_AFTER`]), so a claim never runs out under
-/// a slow delivery, which another relay would then make again.
+/// `consumer.relay.claim_ms` first ([`HANDOFF_EXTEND_AFTER`]), so a slow delivery holds the
+/// same claim a scan's would (unless the extension itself fails, which is logged; another relay
+/// may then deliver the rows again).
 pub(crate) const HANDOFF_CLAIM_MS: i64 = 5_000;
 /// The least of its claim a handed row must have left to be read; one with less is left for a
 /// scan, which takes it once the claim has run out.

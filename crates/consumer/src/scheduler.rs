@@ -60,7 +60,6 @@ pub(crate) enum How {
 pub(crate) struct Scheduler<D> {
     driver: Arc<Driver<D>>,
     counters: Arc<Counters>,
-    /// Woken when a saga finishes DONE (an outbox row is waiting).
     /// Where the keys of the sagas finished DONE go, when this process runs a relay (their
     /// outbox rows were written claimed for it).
     handoff: Option<Arc<Handoff>>,
