@@ -97,7 +97,8 @@ impl Store {
             .await
             .during("claim outbox rows", None)?;
         self.stats.write_committed();
-        self.read_claimed_outbox(owner, &candidates, 0).await
+        // Read back whatever this claim took, however short it was.
+        self.read_held(owner, &candidates, None).await
     }
 
     /// The rows of `biz_ids` that `owner` holds claimed with at least `left_ms` of the claim
@@ -112,6 +113,17 @@ impl Store {
         biz_ids: &[String],
         left_ms: i64,
     ) -> Result<Vec<OutboxMessage>, Error> {
+        self.read_held(owner, biz_ids, Some(left_ms)).await
+    }
+
+    /// [`Store::read_claimed_outbox`], with no condition on the time left when `left_ms` is
+    /// `None`.
+    async fn read_held(
+        &self,
+        owner: &str,
+        biz_ids: &[String],
+        left_ms: Option<i64>,
+    ) -> Result<Vec<OutboxMessage>, Error> {
         let operation = "read claimed outbox rows";
         if biz_ids.len() > BATCH_ROWS_MAX {
             return Err(Error::Invalid(format!("{operation}: {} keys, at most {BATCH_ROWS_MAX}", biz_ids.len())));
@@ -120,15 +132,20 @@ impl Store {
             return Ok(Vec::new());
         }
         let biz_ids = dialect::padded(biz_ids.to_vec());
-        let now = dialect::now_ms(self.backend);
+        let mut values: Vec<Value> = vec![owner.into()];
+        let left = match left_ms {
+            Some(left_ms) => {
+                values.push(left_ms.into());
+                format!("AND relay_until_ms >= {} + ? ", dialect::now_ms(self.backend))
+            }
+            None => String::new(),
+        };
         let sql = format!(
             "SELECT biz_id, payload, trace_context FROM {} \
-             WHERE relay_owner = ? AND relay_until_ms >= {now} + ? AND published_at_ms IS NULL AND biz_id IN ({}) \
-             ORDER BY created_at_ms",
+             WHERE relay_owner = ? {left}AND published_at_ms IS NULL AND biz_id IN ({}) ORDER BY created_at_ms",
             dialect::by_primary_key(self.backend, "outbox"),
             dialect::placeholders(biz_ids.len())
         );
-        let mut values: Vec<Value> = vec![owner.into(), left_ms.into()];
         values.extend(biz_ids.into_iter().map(Value::from));
         let statement = Statement::from_sql_and_values(self.backend, sql, values);
         let rows =
