@@ -8,10 +8,11 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / '2026-12-07-pools-amd'))
 from status import status  # noqa: E402
 
-# runs.sh's series, then runs2.sh's, each in the order it ran.
+# runs.sh's series, then runs2.sh's, then half.sh's, each in the order it ran.
 RUNS = ['peak-new1', 'peak-old1', 'peak-old2', 'peak-new2', 'paced-old1', 'paced-new1', 'paced-new2', 'paced-old2',
         'peak-old3', 'peak-short1', 'peak-short2', 'peak-old4', 'paced-short1', 'paced-old3', 'paced-old4',
-        'paced-short2']
+        'paced-short2', 'half-final1', 'half-old1', 'half-old2', 'half-final2',
+        'half-old3', 'half-final3', 'half-final4', 'half-old4']
 COUNTERS = ['Questions', 'Com_stmt_execute', 'Handler_commit', 'Innodb_data_fsyncs', 'Handler_update',
             'Handler_read_key', 'Rows_read']
 
