@@ -440,21 +440,13 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn keys_left_in_the_handoff_are_released_for_other_relays() {
-        use midflight_model::{Saga, Source};
-        use midflight_store::testing::{Engine, TestDb, drive_to_done, order_event};
+        use midflight_store::testing::{Engine, TestDb, arrive_orders, drive_to_done};
 
         let db = TestDb::fresh(Engine::Sqlite).await.expect("sqlite");
         let store = db.store.with_outbox_claim("relay-a", 60_000).expect("a claimant");
-        let now = store.now_ms().await.expect("clock");
-        let sagas: Vec<Saga> = (0..3)
-            .map(|n| {
-                let source = Source { topic: "orders".into(), partition: 0, offset: n };
-                Saga::received(&order_event(&format!("L-{n}")), source, now, now + 600_000)
-            })
-            .collect();
+        let sagas = arrive_orders(&store, &["L-0", "L-1", "L-2"]).await;
         let handoff = Handoff::default();
-        for arrival in store.insert_arrivals(&sagas, "c1", 60_000, "consumer:c1").await.expect("insert") {
-            let saga = arrival.saga().expect("readable").clone();
+        for saga in sagas.iter().cloned() {
             assert!(handoff.offer(drive_to_done(&store, saga, "consumer:c1", 60_000).await.biz_id));
         }
         assert!(db.store.claim_outbox("relay-b", 10, 60_000).await.expect("claim").is_empty(), "relay-a's rows");

@@ -350,16 +350,10 @@ both_engines!(orders_complete_without_opening_in_the_inbox, orders_complete_open
 /// them, though it finished none of them.
 async fn notifications_written_elsewhere(db: &TestDb) {
     let harness = Harness::start(MockOptions::default()).await;
-    let now = db.store.now_ms().await.expect("clock");
-    let sagas: Vec<Saga> = (0..12)
-        .map(|n| {
-            let source = Source { topic: harness.orders.clone(), partition: 0, offset: n };
-            Saga::received(&order_event(&format!("X-{n}")), source, now, now + 600_000)
-        })
-        .collect();
+    let names: Vec<String> = (0..12).map(|n| format!("X-{n}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let mut finished = BTreeSet::new();
-    for arrival in db.store.insert_arrivals(&sagas, "recovery-test", 60_000, "recovery:test").await.expect("insert") {
-        let saga = arrival.saga().expect("readable").clone();
+    for saga in midflight_store::testing::arrive_orders(&db.store, &names).await {
         let done = midflight_store::testing::drive_to_done(&db.store, saga, "recovery:test", 60_000).await;
         finished.insert(done.biz_id);
     }

@@ -55,11 +55,6 @@ impl Store {
         Ok(Store { outbox_claim: Some(std::sync::Arc::new(claim)), ..self.clone() })
     }
 
-    /// The claim outbox rows written through this handle get, if any.
-    pub(crate) fn outbox_claim(&self) -> Option<std::sync::Arc<InsertClaim>> {
-        self.outbox_claim.clone()
-    }
-
     /// Claims up to `limit` unpublished rows for `owner` for `claim_ms`, oldest first.
     pub async fn claim_outbox(&self, owner: &str, limit: u64, claim_ms: i64) -> Result<Vec<OutboxMessage>, Error> {
         let limit = limit.min(BATCH_ROWS_MAX as u64);
@@ -166,8 +161,7 @@ impl Store {
     /// at once instead of when the claims run out (a relay stopping with rows it was handed and
     /// did not publish). Returns how many it released.
     pub async fn release_outbox(&self, owner: &str, biz_ids: &[String]) -> Result<u64, Error> {
-        self.set_own_claims(owner, biz_ids, "relay_owner = NULL, relay_until_ms = 0", None, "release outbox claims")
-            .await
+        self.update_held(owner, biz_ids, "relay_owner = NULL, relay_until_ms = 0", None, "release outbox claims").await
     }
 
     /// Makes `owner`'s claims on the unpublished rows of `biz_ids` last `claim_ms` from now
@@ -175,12 +169,12 @@ impl Store {
     /// it extended; a row another relay took meanwhile is not.
     pub async fn extend_outbox_claims(&self, owner: &str, biz_ids: &[String], claim_ms: i64) -> Result<u64, Error> {
         let set = format!("relay_until_ms = {} + ?", dialect::now_ms(self.backend));
-        self.set_own_claims(owner, biz_ids, &set, Some(claim_ms.into()), "extend outbox claims").await
+        self.update_held(owner, biz_ids, &set, Some(claim_ms.into()), "extend outbox claims").await
     }
 
     /// `SET set` (with `value` for its placeholder, if any) on the unpublished rows of `biz_ids`
     /// that `owner` holds, a statement per [`BATCH_ROWS_MAX`] keys; how many rows it changed.
-    async fn set_own_claims(
+    async fn update_held(
         &self,
         owner: &str,
         biz_ids: &[String],
@@ -210,25 +204,8 @@ impl Store {
 
     /// Marks rows published, if `owner` still holds their claim; returns how many it marked.
     pub async fn mark_published(&self, owner: &str, biz_ids: &[String]) -> Result<u64, Error> {
-        if biz_ids.is_empty() {
-            return Ok(0);
-        }
-        let now = dialect::now_ms(self.backend);
-        let biz_ids = dialect::padded(biz_ids.to_vec());
-        let sql = format!(
-            "UPDATE {} SET published_at_ms = {now} WHERE relay_owner = ? AND published_at_ms IS NULL AND biz_id IN ({})",
-            dialect::by_primary_key(self.backend, "outbox"),
-            dialect::placeholders(biz_ids.len())
-        );
-        let mut values: Vec<Value> = vec![owner.into()];
-        values.extend(biz_ids.into_iter().map(Value::from));
-        let statement = Statement::from_sql_and_values(self.backend, sql, values);
-        let result = self
-            .patiently("mark published", || self.db.execute_raw(statement.clone()))
-            .await
-            .during("mark published", None)?;
-        self.stats.write_committed();
-        Ok(result.rows_affected())
+        let set = format!("published_at_ms = {}", dialect::now_ms(self.backend));
+        self.update_held(owner, biz_ids, &set, None, "mark published").await
     }
 
     /// Rows written but not yet published (a metric and a quiescence check).

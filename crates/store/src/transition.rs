@@ -170,7 +170,7 @@ impl Store {
             lease_ms,
             actor: actor.to_owned(),
             call_ms,
-            outbox_claim: self.outbox_claim(),
+            outbox_claim: self.outbox_claim.clone(),
         };
         if let Some(group) = &self.group {
             return group.submit(member).await;
